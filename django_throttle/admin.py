@@ -1,0 +1,58 @@
+"""Admin for rate-limit rules."""
+
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
+
+from .models import Rule
+
+
+@admin.register(Rule)
+class RuleAdmin(admin.ModelAdmin):
+    list_display = ("name", "scope", "rate", "key", "algorithm", "action", "enabled")
+    list_display_links = ("name",)
+    list_filter = ("algorithm", "key_kind", "enabled", "action")
+    search_fields = ("name", "scope")
+    actions = ("enable_rules", "disable_rules")
+    readonly_fields = ("created_at", "updated_at")
+    fieldsets = (
+        (None, {"fields": ("name", "enabled")}),
+        (_("Matching"), {"fields": ("scope", "methods")}),
+        (_("Limit"), {"fields": ("key_kind", "key_arg", "limit", "unit", "algorithm", "burst")}),
+        (_("Behaviour"), {"fields": ("action", "fail_mode")}),
+        (_("History"), {"fields": ("created_at", "updated_at"), "classes": ("collapse",)}),
+    )
+
+    class Media:
+        css = {"all": ("django_throttle/admin.css",)}
+
+    @admin.display(description=_("rate"), ordering="limit")
+    def rate(self, rule: Rule) -> str:
+        text = f"{rule.limit}/{rule.unit}"
+        return f"{text} (burst {rule.burst})" if rule.burst else text
+
+    @admin.display(description=_("key"), ordering="key_kind")
+    def key(self, rule: Rule) -> str:
+        return f"{rule.key_kind}:{rule.key_arg}" if rule.key_arg else rule.key_kind
+
+    def _set_enabled(self, request: HttpRequest, queryset: QuerySet[Rule], enabled: bool) -> None:
+        # RuleQuerySet.update announces the change, although update() sends no signals.
+        count = queryset.update(enabled=enabled)
+        message = (
+            ngettext("%(n)d rule enabled.", "%(n)d rules enabled.", count)
+            if enabled
+            else ngettext("%(n)d rule disabled.", "%(n)d rules disabled.", count)
+        )
+        self.message_user(request, message % {"n": count}, messages.SUCCESS)
+
+    @admin.action(description=_("Enable selected rules"), permissions=["change"])
+    def enable_rules(self, request: HttpRequest, queryset: QuerySet[Rule]) -> None:
+        self._set_enabled(request, queryset, True)
+
+    @admin.action(description=_("Disable selected rules"), permissions=["change"])
+    def disable_rules(self, request: HttpRequest, queryset: QuerySet[Rule]) -> None:
+        self._set_enabled(request, queryset, False)

@@ -1,0 +1,305 @@
+"""The ``Rule`` model: one rate limit, edited in the admin."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from .conf import conf
+from .rates import DAY, HOUR, MINUTE, SECOND
+
+MAX_LIMIT = 1_000_000_000
+_METHOD_RE = re.compile(r"^[A-Z]+$")
+_HEADER_RE = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")  # an RFC 9110 token
+_SCOPE_NAME_RE = re.compile(r"^[^\s/^*][^\s]*$")
+
+
+class Unit(models.TextChoices):
+    SECOND = SECOND, _("second")
+    MINUTE = MINUTE, _("minute")
+    HOUR = HOUR, _("hour")
+    DAY = DAY, _("day")
+
+
+class KeyKind(models.TextChoices):
+    IP = "ip", _("client IP address")
+    USER = "user", _("authenticated user")
+    USER_OR_IP = "user_or_ip", _("user, or IP when anonymous")
+    HEADER = "header", _("request header")
+    PARAM = "param", _("query or form parameter")
+    GLOBAL = "global", _("one counter for everyone")
+    CUSTOM = "custom", _("custom key function")
+
+
+class Algorithm(models.TextChoices):
+    TOKEN_BUCKET = "token_bucket", _("token bucket")
+    LEAKY_BUCKET = "leaky_bucket", _("leaky bucket")
+    FIXED_WINDOW = "fixed_window", _("fixed window")
+    SLIDING_WINDOW_LOG = "sliding_window_log", _("sliding window log")
+    SLIDING_WINDOW_COUNTER = "sliding_window_counter", _("sliding window counter")
+
+
+class Action(models.TextChoices):
+    REJECT = "reject", _("reject with 429")
+    DELAY = "delay", _("delay until the slot (leaky bucket)")
+    LOG = "log", _("log only (shadow mode)")
+
+
+class FailMode(models.TextChoices):
+    DEFAULT = "default", _("as the FAIL_OPEN setting says")
+    OPEN = "open", _("open: admit while the store is down")
+    CLOSED = "closed", _("closed: answer 503 while the store is down")
+
+
+KEY_KINDS_WITH_ARG = frozenset({KeyKind.HEADER, KeyKind.PARAM, KeyKind.CUSTOM})
+ALGORITHMS_WITH_BURST = frozenset({Algorithm.TOKEN_BUCKET, Algorithm.LEAKY_BUCKET})
+
+
+class RuleQuerySet(models.QuerySet["Rule"]):
+    """Bulk writes skip model signals, so they announce the change themselves."""
+
+    def update(self, **kwargs: Any) -> int:
+        kwargs.setdefault("updated_at", timezone.now())
+        count = super().update(**kwargs)
+        if count:
+            _announce_change()
+        return count
+
+    def bulk_create(self, objs: Any, *args: Any, **kwargs: Any) -> list[Rule]:
+        objs = list(objs)
+        for obj in objs:
+            obj.full_clean()
+        created = super().bulk_create(objs, *args, **kwargs)
+        _announce_change()
+        return created
+
+    def bulk_update(self, objs: Any, fields: Any, *args: Any, **kwargs: Any) -> int:
+        objs = list(objs)
+        for obj in objs:
+            obj.full_clean()
+        count = super().bulk_update(objs, fields, *args, **kwargs)
+        _announce_change()
+        return count
+
+
+def _announce_change() -> None:
+    from .rules import rules_changed
+
+    rules_changed()
+
+
+class Rule(models.Model):
+    name = models.CharField(
+        _("name"),
+        max_length=100,
+        unique=True,
+        help_text=_("A unique name, shown in headers and on the dashboard. Example: login."),
+    )
+    scope = models.CharField(
+        _("scope"),
+        max_length=255,
+        help_text=_(
+            "What the rule covers. '*' is every request; '/api/' a path prefix; "
+            "'^/users/\\d+/$' a regular expression on the path; any other word a scope name: "
+            "views decorated with @throttle('login') and URL patterns named 'login' "
+            "(or 'namespace:name')."
+        ),
+    )
+    methods = models.CharField(
+        _("methods"),
+        max_length=100,
+        blank=True,
+        help_text=_("Comma-separated HTTP methods the rule counts, e.g. 'POST,PUT'. Empty = all."),
+    )
+    key_kind = models.CharField(
+        _("key"),
+        max_length=20,
+        choices=KeyKind.choices,
+        default=KeyKind.IP,
+        help_text=_("Who gets a counter of their own: one per IP, per user, per header value, ..."),
+    )
+    key_arg = models.CharField(
+        _("key argument"),
+        max_length=100,
+        blank=True,
+        help_text=_(
+            "For 'header': the header name (X-Api-Key). For 'param': the parameter (q). "
+            "For 'custom': the name of a function in DJANGO_THROTTLE['KEY_FUNCTIONS'] (tenant)."
+        ),
+    )
+    limit = models.IntegerField(
+        _("limit"),
+        validators=[
+            MinValueValidator(1, _("The limit must allow at least 1 request.")),
+            MaxValueValidator(MAX_LIMIT, _("The limit can be at most %(limit_value)s.")),
+        ],
+        help_text=_("Requests allowed per unit of time. Example: 5 (with unit minute)."),
+    )
+    unit = models.CharField(
+        _("per"),
+        max_length=10,
+        choices=Unit.choices,
+        default=Unit.MINUTE,
+        help_text=_("The unit of time the limit is counted over."),
+    )
+    algorithm = models.CharField(
+        _("algorithm"),
+        max_length=30,
+        choices=Algorithm.choices,
+        default=Algorithm.SLIDING_WINDOW_COUNTER,
+        help_text=_(
+            "Sliding window counter is a good default; token bucket allows bursts; "
+            "leaky bucket smooths traffic; sliding window log is exact and uses the most memory; "
+            "fixed window is the cheapest."
+        ),
+    )
+    burst = models.IntegerField(
+        _("burst"),
+        null=True,
+        blank=True,
+        validators=[
+            MinValueValidator(1, _("The burst must be at least 1.")),
+            MaxValueValidator(MAX_LIMIT, _("The burst can be at most %(limit_value)s.")),
+        ],
+        help_text=_(
+            "Token and leaky bucket only: the bucket size, i.e. how many requests may come at "
+            "once. Example: 20 with a limit of 5/second. Empty = the limit."
+        ),
+    )
+    action = models.CharField(
+        _("action"),
+        max_length=10,
+        choices=Action.choices,
+        default=Action.REJECT,
+        help_text=_(
+            "Reject answers 429. Delay (leaky bucket only) holds the request until its turn. "
+            "Log only records would-be rejections, to try a rule before enforcing it."
+        ),
+    )
+    fail_mode = models.CharField(
+        _("when the store is down"),
+        max_length=10,
+        choices=FailMode.choices,
+        default=FailMode.DEFAULT,
+        help_text=_("Closed suits login and password reset; open suits a general API."),
+    )
+    enabled = models.BooleanField(_("enabled"), default=True)
+    created_at = models.DateTimeField(_("created"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated"), auto_now=True)
+
+    objects = RuleQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = _("rate-limit rule")
+        verbose_name_plural = _("rate-limit rules")
+
+    def __str__(self) -> str:
+        algorithm = Algorithm(self.algorithm).label if self.algorithm in Algorithm.values else ""
+        text = f"{self.name}: {self.limit}/{self.unit} {self.key_description}, {algorithm}"
+        if self.burst:
+            text += f", burst {self.burst}"
+        if self.action != Action.REJECT:
+            text += f", {self.action}"
+        if not self.enabled:
+            text += " (disabled)"
+        return text
+
+    @property
+    def key_description(self) -> str:
+        kind = self.key_kind
+        if kind == KeyKind.GLOBAL:
+            return "shared by all"
+        if kind == KeyKind.USER_OR_IP:
+            return "per user or ip"
+        if kind in KEY_KINDS_WITH_ARG:
+            return f"per {kind} {self.key_arg}"
+        return f"per {kind}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        # Every code path that saves a rule validates it, not only the admin.
+        self.full_clean()
+        super().save(*args, **kwargs)
+
+    def clean(self) -> None:
+        self.scope = (self.scope or "").strip()
+        self.key_arg = (self.key_arg or "").strip()
+        self.methods = ",".join(
+            m.strip().upper() for m in (self.methods or "").split(",") if m.strip()
+        )
+        errors: dict[str, list[str]] = {}
+
+        def error(field: str, message: str) -> None:
+            errors.setdefault(field, []).append(message)
+
+        scope_error = scope_problem(self.scope)
+        if scope_error:
+            error("scope", scope_error)
+        for method in filter(None, self.methods.split(",")):
+            if not _METHOD_RE.match(method):
+                error(
+                    "methods",
+                    _("%(m)r is not an HTTP method; write e.g. GET,POST.") % {"m": method},
+                )
+
+        if self.key_kind in KEY_KINDS_WITH_ARG:
+            if not self.key_arg:
+                error("key_arg", _key_arg_missing(self.key_kind))
+            elif self.key_kind == KeyKind.HEADER and not _HEADER_RE.match(self.key_arg):
+                error("key_arg", _("%(h)r is not a valid header name.") % {"h": self.key_arg})
+            elif self.key_kind == KeyKind.CUSTOM and self.key_arg not in conf.KEY_FUNCTIONS:
+                known = ", ".join(sorted(conf.KEY_FUNCTIONS)) or _("none are registered")
+                error(
+                    "key_arg",
+                    _(
+                        "No key function named %(name)r in DJANGO_THROTTLE['KEY_FUNCTIONS'] "
+                        "(registered: %(known)s)."
+                    )
+                    % {"name": self.key_arg, "known": known},
+                )
+        elif self.key_arg:
+            error(
+                "key_arg", _("Only header, param and custom keys take an argument; leave it empty.")
+            )
+
+        if self.burst is not None and self.algorithm not in ALGORITHMS_WITH_BURST:
+            error(
+                "burst",
+                _("Only token bucket and leaky bucket have a burst; leave it empty for %(a)s.")
+                % {"a": self.get_algorithm_display()},
+            )
+        if self.action == Action.DELAY and self.algorithm != Algorithm.LEAKY_BUCKET:
+            error("action", _("Delay works with the leaky bucket algorithm only."))
+        if errors:
+            raise ValidationError(errors)
+
+
+def scope_problem(scope: str) -> str | None:
+    """Why a scope string is unusable, or None if it is fine."""
+    if not scope:
+        return str(_("Enter a scope: '*', a path prefix, a ^regex or a scope name."))
+    if scope == "*" or scope.startswith("/"):
+        return None
+    if scope.startswith("^"):
+        try:
+            re.compile(scope)
+        except re.error as exc:
+            return str(_("Invalid regular expression: %(err)s.") % {"err": exc})
+        return None
+    if not _SCOPE_NAME_RE.match(scope):
+        return str(_("A scope name cannot contain spaces."))
+    return None
+
+
+def _key_arg_missing(kind: str) -> str:
+    return {
+        KeyKind.HEADER: _("Name the header to key on, e.g. X-Api-Key."),
+        KeyKind.PARAM: _("Name the query or form parameter to key on, e.g. api_key."),
+        KeyKind.CUSTOM: _("Name the key function to use, as registered in KEY_FUNCTIONS."),
+    }[kind]

@@ -1,0 +1,24 @@
+"""Signal receivers: rule writes refresh every process's rules; settings changes reset state."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.signals import setting_changed
+from django.db.models.signals import post_delete, post_save
+from django.dispatch import receiver
+
+from .models import Rule
+from .rules import reset_rule_cache, rules_changed
+
+
+@receiver(post_save, sender=Rule, dispatch_uid="django_throttle.rule_saved")
+@receiver(post_delete, sender=Rule, dispatch_uid="django_throttle.rule_deleted")
+def _rule_written(**kwargs: Any) -> None:
+    rules_changed()
+
+
+@receiver(setting_changed, dispatch_uid="django_throttle.setting_changed")
+def _setting_changed(setting: str, **kwargs: Any) -> None:
+    if setting in ("DJANGO_THROTTLE", "CACHES"):
+        reset_rule_cache()

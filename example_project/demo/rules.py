@@ -1,0 +1,58 @@
+"""The demo's seeded rules, created once by ``manage.py demo``."""
+
+DEMO_RULES = [
+    {
+        "name": "site",
+        "scope": "*",
+        "key_kind": "ip",
+        "limit": 300,
+        "unit": "minute",
+        "algorithm": "token_bucket",
+        "burst": 60,
+    },
+    {
+        "name": "api",
+        "scope": "/api/",
+        "key_kind": "ip",
+        "limit": 20,
+        "unit": "minute",
+        "algorithm": "sliding_window_counter",
+    },
+    {
+        "name": "api-clients",
+        "scope": "/api/",
+        "key_kind": "custom",
+        "key_arg": "api_key",
+        "limit": 100,
+        "unit": "minute",
+        "algorithm": "leaky_bucket",
+        "action": "log",
+    },
+    {
+        "name": "login",
+        "scope": "login",
+        "methods": "POST",
+        "key_kind": "ip",
+        "limit": 5,
+        "unit": "minute",
+        "algorithm": "sliding_window_log",
+        "fail_mode": "closed",
+    },
+    {
+        "name": "search",
+        "scope": "search",
+        "key_kind": "user_or_ip",
+        "limit": 30,
+        "unit": "minute",
+        "algorithm": "token_bucket",
+        "burst": 10,
+    },
+    {
+        "name": "export",
+        "scope": "export",
+        "key_kind": "user_or_ip",
+        "limit": 10,
+        "unit": "hour",
+        "algorithm": "fixed_window",
+    },
+]

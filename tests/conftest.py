@@ -1,0 +1,61 @@
+"""Test harness: a real redis-server for the whole run, emptied before every test."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from tests.redis_server import RedisServer
+
+_server: RedisServer | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _server
+    _server = RedisServer(os.environ.get("REDIS_URL"))
+    if _server.managed:
+        _server.start()
+    # Settings were imported before any conftest ran; nothing has connected to the cache
+    # yet, so pointing it at this server now is enough. Subprocesses read REDIS_URL.
+    from django.conf import settings
+
+    settings.CACHES["default"]["LOCATION"] = _server.url
+    os.environ["REDIS_URL"] = _server.url
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _server is not None:
+        _server.close()
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> RedisServer:
+    assert _server is not None
+    return _server
+
+
+@pytest.fixture(autouse=True)
+def _clean_state(redis_server: RedisServer) -> Iterator[None]:
+    """Each test starts with an empty Redis and no cached rules or connections."""
+    from django_throttle.rules import reset_rule_cache
+
+    if redis_server.managed:
+        if redis_server.process is None:
+            redis_server.start()
+        elif redis_server.paused:
+            redis_server.resume()
+    client = redis_server.client()
+    client.flushall()
+    client.close()
+    reset_rule_cache()
+    yield
+    reset_rule_cache()
+
+
+@pytest.fixture
+def redis_client(redis_server: RedisServer) -> Iterator[object]:
+    client = redis_server.client()
+    yield client
+    client.close()

@@ -1,0 +1,5 @@
+"""Key functions the tests register in DJANGO_THROTTLE['KEY_FUNCTIONS']."""
+
+
+def tenant(request):
+    return request.headers.get("X-Tenant") or None

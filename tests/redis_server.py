@@ -1,0 +1,132 @@
+"""A real redis-server for the tests: started on a free loopback port, stopped, paused, restarted."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from urllib.parse import urlparse
+
+import redis
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _server_version(binary: str) -> tuple[int, ...]:
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, check=True).stdout
+    match = re.search(r"v=(\d+)\.(\d+)", out)
+    return tuple(int(n) for n in match.groups()) if match else (0, 0)
+
+
+class RedisServer:
+    """One redis-server process this harness owns (``managed``), or an existing one from REDIS_URL."""
+
+    def __init__(self, url: str | None = None) -> None:
+        self.managed = url is None
+        self.process: subprocess.Popen[bytes] | None = None
+        self.paused = False
+        if url is None:
+            binary = shutil.which("redis-server")
+            if binary is None:
+                raise RuntimeError("redis-server is not on PATH; install Debian's redis-server")
+            self.binary = binary
+            self.port = _free_port()
+            self.dir = tempfile.mkdtemp(prefix="throttle-redis-")
+            self.url = f"redis://127.0.0.1:{self.port}/0"
+        else:
+            self.url = url
+            self.port = urlparse(url).port or 6379
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    def client(self, **kwargs: object) -> redis.Redis:
+        return redis.Redis.from_url(self.url, **kwargs)  # type: ignore[arg-type]
+
+    def _require_managed(self) -> None:
+        if not self.managed:
+            raise RuntimeError("this test needs a redis-server the harness runs; unset REDIS_URL")
+
+    def start(self, timeout: float = 10.0) -> None:
+        self._require_managed()
+        args = [
+            self.binary,
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--save", "",
+            "--appendonly", "no",
+            "--dir", self.dir,
+            "--logfile", os.path.join(self.dir, "redis.log"),
+        ]  # fmt: skip
+        if _server_version(self.binary) >= (7, 0):
+            args += ["--enable-debug-command", "local"]  # DEBUG SLEEP, for fault tests
+        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.paused = False
+        deadline = time.monotonic() + timeout
+        probe = self.client(socket_timeout=0.5, socket_connect_timeout=0.5)
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"redis-server exited with {self.process.returncode}")
+            try:
+                if probe.ping():
+                    break
+            except redis.RedisError:
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"redis-server did not answer on port {self.port}") from None
+                time.sleep(0.02)
+        probe.close()
+
+    def stop(self) -> None:
+        """Stop the server (SIGTERM, then SIGKILL) and wait for it to exit."""
+        if self.process is None:
+            return
+        if self.paused:
+            self.resume()
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.process = None
+
+    def kill(self) -> None:
+        """Kill the server abruptly, as a crash would."""
+        self._require_managed()
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            self.process = None
+            self.paused = False
+
+    def pause(self) -> None:
+        """SIGSTOP: the server keeps its connections but answers nothing (a hung server)."""
+        self._require_managed()
+        assert self.process is not None
+        os.kill(self.process.pid, signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        assert self.process is not None
+        os.kill(self.process.pid, signal.SIGCONT)
+        self.paused = False
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def close(self) -> None:
+        if self.managed:
+            self.stop()
+            shutil.rmtree(self.dir, ignore_errors=True)
