@@ -45,6 +45,7 @@ class CompiledRule:
     burst: int
     action: str
     fail_mode: str
+    state_prefix: str  # where this rule's per-client state lives in the store
 
     def applies_to(self, method: str) -> bool:
         return self.methods is None or method in self.methods
@@ -73,7 +74,38 @@ def compile_rule(rule: Any) -> CompiledRule:
         burst=rule.burst or rule.limit,
         action=rule.action,
         fail_mode=rule.fail_mode,
+        state_prefix=state_prefix(_base36(rule.pk), rule.algorithm),
     )
+
+
+ALGORITHM_CODES = {
+    "fixed_window": "f",
+    "sliding_window_log": "l",
+    "sliding_window_counter": "c",
+    "token_bucket": "t",
+    "leaky_bucket": "b",
+}
+
+
+def state_prefix(rule_id: str, algorithm: str) -> str:
+    """``{thr}12f:``: the key prefix of one rule's per-client state.
+
+    The braces make the prefix a Redis Cluster hash tag, so every key a request
+    touches is in one slot and one script call is valid on a cluster. The
+    algorithm's letter keeps state of another shape apart when a rule's
+    algorithm is changed.
+    """
+    return f"{{{conf.KEY_PREFIX}}}{rule_id}{ALGORITHM_CODES[algorithm]}:"
+
+
+def _base36(number: int) -> str:
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    out = ""
+    while True:
+        number, rest = divmod(number, 36)
+        out = digits[rest] + out
+        if not number:
+            return out
 
 
 class RuleSet:
