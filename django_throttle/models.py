@@ -254,12 +254,17 @@ class Rule(models.Model):
             elif self.key_kind == KeyKind.HEADER and not _HEADER_RE.match(self.key_arg):
                 error("key_arg", _("%(h)r is not a valid header name.") % {"h": self.key_arg})
             elif self.key_kind == KeyKind.CUSTOM and self.key_arg not in conf.KEY_FUNCTIONS:
-                known = ", ".join(sorted(conf.KEY_FUNCTIONS)) or _("none are registered")
+                names = ", ".join(sorted(conf.KEY_FUNCTIONS))
+                known = (
+                    _("registered: %(names)s") % {"names": names}
+                    if names
+                    else str(_("none is registered"))
+                )
                 error(
                     "key_arg",
                     _(
                         "No key function named %(name)r in DJANGO_THROTTLE['KEY_FUNCTIONS'] "
-                        "(registered: %(known)s)."
+                        "(%(known)s)."
                     )
                     % {"name": self.key_arg, "known": known},
                 )
@@ -293,6 +298,8 @@ def scope_problem(scope: str) -> str | None:
             return str(_("Invalid regular expression: %(err)s.") % {"err": exc})
         return None
     if not _SCOPE_NAME_RE.match(scope):
+        if scope.startswith("*"):
+            return str(_("'*' alone covers every request; a scope name cannot start with '*'."))
         return str(_("A scope name cannot contain spaces."))
     return None
 

@@ -10,6 +10,7 @@ from django.dispatch import receiver
 
 from .models import Rule
 from .rules import reset_rule_cache, rules_changed
+from .store import reset_store
 
 
 @receiver(post_save, sender=Rule, dispatch_uid="django_throttle.rule_saved")
@@ -22,3 +23,4 @@ def _rule_written(**kwargs: Any) -> None:
 def _setting_changed(setting: str, **kwargs: Any) -> None:
     if setting in ("DJANGO_THROTTLE", "CACHES"):
         reset_rule_cache()
+        reset_store()

@@ -40,6 +40,7 @@ def redis_server() -> RedisServer:
 def _clean_state(redis_server: RedisServer) -> Iterator[None]:
     """Each test starts with an empty Redis and no cached rules or connections."""
     from django_throttle.rules import reset_rule_cache
+    from django_throttle.store import reset_store
 
     if redis_server.managed:
         if redis_server.process is None:
@@ -50,8 +51,10 @@ def _clean_state(redis_server: RedisServer) -> Iterator[None]:
     client.flushall()
     client.close()
     reset_rule_cache()
+    reset_store()
     yield
     reset_rule_cache()
+    reset_store()
 
 
 @pytest.fixture

@@ -1,0 +1,45 @@
+"""Where counters live: Redis (shared by every process) or this process's memory."""
+
+from __future__ import annotations
+
+import threading
+
+from ..conf import conf
+from .base import Check, Result, Store, admitted, digest, state_key
+from .memory import MemoryStore
+from .redis import RedisStore
+
+__all__ = [
+    "Check",
+    "MemoryStore",
+    "RedisStore",
+    "Result",
+    "Store",
+    "admitted",
+    "digest",
+    "get_store",
+    "reset_store",
+    "state_key",
+]
+
+_store: Store | None = None
+_lock = threading.Lock()
+
+
+def get_store() -> Store:
+    """The process's store, built once from the settings."""
+    global _store
+    store = _store
+    if store is None:
+        with _lock:
+            if _store is None:
+                _store = RedisStore.from_cache(conf.CACHE) if conf.uses_redis else MemoryStore()
+            store = _store
+    return store
+
+
+def reset_store() -> None:
+    """Build the store anew at next use (the settings changed)."""
+    global _store
+    with _lock:
+        _store = None

@@ -1,0 +1,68 @@
+"""What every store takes and returns: checks in, one result per check out."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from ..rules import CompiledRule
+
+DIGEST_BYTES = 9  # 72 bits: 12 characters of base64, collision-free for any realistic client count
+
+
+def digest(identity: str) -> str:
+    """A fixed-length, key-safe digest of a client identity, whatever its length or characters."""
+    raw = hashlib.blake2b(identity.encode("utf-8", "surrogatepass"), digest_size=DIGEST_BYTES)
+    return base64.urlsafe_b64encode(raw.digest()).decode("ascii")
+
+
+def state_key(rule: CompiledRule, identity: str) -> str:
+    return rule.state_prefix + digest(identity)
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One rule to apply to one client identity (``"ip:203.0.113.7"``) at some cost."""
+
+    rule: CompiledRule
+    identity: str
+    cost: int = 1
+
+    @property
+    def key(self) -> str:
+        return state_key(self.rule, self.identity)
+
+    @property
+    def enforcing(self) -> bool:
+        return self.rule.action != "log"
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """The outcome of one check. Times are seconds; ``reset_at`` is a Unix timestamp."""
+
+    rule: CompiledRule
+    allowed: bool
+    limit: int
+    remaining: int
+    reset_at: float
+    retry_after: float
+    delay: float
+
+
+class Store(Protocol):
+    def decide(self, checks: Sequence[Check], dry_run: bool = False) -> list[Result]:
+        """Evaluate every check; commit all of them only if every enforcing one admits."""
+        ...
+
+    def reset(self, rule: CompiledRule, identity: str) -> None:
+        """Forget the state of one client under one rule."""
+        ...
+
+
+def admitted(results: Sequence[Result]) -> bool:
+    """Whether a request with these results is let through (shadow rules never block)."""
+    return all(r.allowed or r.rule.action == "log" for r in results)

@@ -1,0 +1,241 @@
+"""The in-process backend: decide.lua's semantics in Python, for one process.
+
+It is the embedded default when no django-redis cache is configured, and the
+fallback while Redis is unreachable. The formulas mirror decide.lua line for
+line (same float operations in the same order), so both backends give the same
+decisions for the same times.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from bisect import bisect_right
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..rules import CompiledRule
+from .base import Check, Result, state_key
+
+US = 1_000_000
+SWEEP_EVERY = 1024  # writes between two sweeps of expired state
+DEFAULT_MAX_KEYS = 100_000
+
+
+def _clamp(value: float) -> int:
+    return 0 if value < 0 else math.floor(value + 1e-9)
+
+
+def _now_us() -> int:
+    return time.time_ns() // 1000
+
+
+Commit = Callable[[], None] | None
+Evaluation = tuple[bool, int, int, float, float, float, Commit]
+
+
+class MemoryStore:
+    """Thread-safe, with bounded memory: expired state is swept, and past ``max_keys`` the
+    least recently written state is dropped (which can only admit more, never fewer)."""
+
+    def __init__(
+        self, clock: Callable[[], int] = _now_us, max_keys: int = DEFAULT_MAX_KEYS
+    ) -> None:
+        self._clock = clock
+        self.max_keys = max_keys
+        self._lock = threading.Lock()
+        # key -> [state, expires_at_us]; dict order is write order, oldest first.
+        self._state: dict[str, list[Any]] = {}
+        self._writes = 0
+
+    def __len__(self) -> int:
+        return len(self._state)
+
+    # -- the store interface ------------------------------------------------
+
+    def decide(self, checks: Sequence[Check], dry_run: bool = False) -> list[Result]:
+        with self._lock:
+            now = self._clock()
+            evaluations = []
+            admitted = True
+            for check in checks:
+                rule = check.rule
+                evaluation = self._evaluate(rule, state_key(rule, check.identity), now, check.cost)
+                if not evaluation[0] and rule.action != "log":
+                    admitted = False
+                evaluations.append(evaluation)
+            commit = admitted and not dry_run
+            results = []
+            for check, (ok, rem_after, rem_now, reset_after, retry, delay, write) in zip(
+                checks, evaluations, strict=True
+            ):
+                if commit and write is not None:
+                    write()
+                results.append(
+                    Result(
+                        rule=check.rule,
+                        allowed=ok,
+                        limit=check.rule.limit,
+                        remaining=rem_after if commit and ok else rem_now,
+                        reset_at=(now + math.ceil(reset_after)) / US,
+                        retry_after=math.ceil(retry) / US,
+                        delay=math.ceil(delay) / US,
+                    )
+                )
+            return results
+
+    def reset(self, rule: CompiledRule, identity: str) -> None:
+        with self._lock:
+            self._state.pop(state_key(rule, identity), None)
+
+    # -- state ----------------------------------------------------------------
+
+    def _get(self, key: str, now: int) -> Any:
+        entry = self._state.get(key)
+        if entry is None:
+            return None
+        if entry[1] <= now:
+            del self._state[key]
+            return None
+        return entry[0]
+
+    def _set(self, key: str, value: Any, now: int, ttl_us: float) -> None:
+        state = self._state
+        state.pop(key, None)
+        state[key] = [value, now + max(1000, math.ceil(ttl_us / 1000) * 1000)]
+        self._writes += 1
+        if self._writes % SWEEP_EVERY == 0:
+            self._sweep(now)
+        while len(state) > self.max_keys:
+            del state[next(iter(state))]
+
+    def _sweep(self, now: int) -> None:
+        for key in [k for k, (_, expires) in self._state.items() if expires <= now]:
+            del self._state[key]
+
+    # -- the algorithms (see decide.lua for the reasoning) ---------------------
+
+    def _evaluate(self, rule: CompiledRule, key: str, now: int, cost: int) -> Evaluation:
+        limit, period = rule.limit, rule.period * US
+        algorithm = rule.algorithm
+        if algorithm == "fixed_window":
+            return self._fixed_window(key, now, limit, period, cost)
+        if algorithm == "sliding_window_log":
+            return self._sliding_window_log(key, now, limit, period, cost)
+        if algorithm == "sliding_window_counter":
+            return self._sliding_window_counter(key, now, limit, period, cost)
+        return self._bucket(key, now, limit, period, rule.burst, cost, algorithm == "leaky_bucket")
+
+    def _fixed_window(self, key: str, now: int, limit: int, period: int, cost: int) -> Evaluation:
+        w = (now // US) // (period // US)  # in whole seconds, as decide.lua
+        stored = self._get(key, now)
+        count = stored[1] if stored is not None and stored[0] == w else 0
+        reset_after = (w + 1) * period - now
+        if count + cost <= limit:
+
+            def write() -> None:
+                self._set(key, (w, count + cost), now, reset_after)
+
+            return True, limit - count - cost, limit - count, reset_after, 0, 0, write
+        retry = period if cost > limit else reset_after
+        remaining = _clamp(limit - count)
+        return False, remaining, remaining, reset_after, retry, 0, None
+
+    def _sliding_window_log(
+        self, key: str, now: int, limit: int, period: int, cost: int
+    ) -> Evaluation:
+        floor = now - period
+        entries: list[int] = self._get(key, now) or []
+        live = entries[bisect_right(entries, floor) :]
+        count = len(live)
+        if count + cost <= limit:
+
+            def write() -> None:
+                base = now
+                if live and live[-1] >= base:
+                    base = live[-1] + 1
+                kept = live + list(range(base, base + cost))
+                self._set(key, kept, now, base + cost - 1 - now + period)
+
+            return True, limit - count - cost, limit - count, period, 0, 0, write
+        reset_after = live[-1] + period - now if count else 0
+        retry = period
+        if cost <= limit:
+            retry = live[count + cost - limit - 1] + period - now
+        remaining = _clamp(limit - count)
+        return False, remaining, remaining, reset_after, retry, 0, None
+
+    def _sliding_window_counter(
+        self, key: str, now: int, limit: int, period: int, cost: int
+    ) -> Evaluation:
+        w = (now // US) // (period // US)  # in whole seconds, as decide.lua
+        cur = prev = 0
+        stored = self._get(key, now)
+        if stored is not None:
+            if stored[0] == w:
+                cur, prev = stored[1], stored[2]
+            elif stored[0] == w - 1:
+                prev = stored[1]
+        elapsed = now - w * period
+        left = period - elapsed
+        weighted = prev * left / period
+        ttl = (w + 2) * period - now
+        if prev * left + (cur + cost) * period <= limit * period:
+
+            def write() -> None:
+                self._set(key, (w, cur + cost, prev), now, ttl)
+
+            return (
+                True,
+                _clamp(limit - cur - cost - weighted),
+                _clamp(limit - cur - weighted),
+                ttl,
+                0,
+                0,
+                write,
+            )
+        reset_after = left if cur == 0 else ttl
+        if cost > limit:
+            retry: float = ttl
+        elif cur + cost <= limit:
+            retry = math.ceil(period - (limit - cur - cost) * period / prev) - elapsed
+        else:
+            retry = left + max(0, math.ceil(period - (limit - cost) * period / cur))
+        remaining = _clamp(limit - cur - weighted)
+        return False, remaining, remaining, reset_after, retry, 0, None
+
+    def _bucket(
+        self,
+        key: str,
+        now: int,
+        limit: int,
+        period: int,
+        burst: int,
+        cost: int,
+        is_leaky: bool,
+    ) -> Evaluation:
+        interval = period / limit
+        tau = burst * interval
+        tat = self._get(key, now) or 0
+        if tat < now:
+            tat = now
+        new_tat = tat + cost * interval
+        remaining_now = _clamp((tau - (tat - now)) / interval)
+        if new_tat - now <= tau:
+
+            def write() -> None:
+                self._set(key, math.floor(new_tat), now, new_tat - now)
+
+            delay = tat - now if is_leaky else 0
+            return (
+                True,
+                _clamp((tau - (new_tat - now)) / interval),
+                remaining_now,
+                new_tat - now,
+                0,
+                delay,
+                write,
+            )
+        retry = period if cost > burst else new_tat - tau - now
+        return False, remaining_now, remaining_now, tat - now, retry, 0, None
