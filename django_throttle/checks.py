@@ -47,7 +47,7 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
             )
         ]
     errors: list[CheckMessage] = []
-    for name in sorted(set(raw) - set(DEFAULTS)):
+    for name in sorted(set(raw) - set(DEFAULTS), key=repr):
         errors.append(
             Warning(
                 f"{SETTING_NAME}[{name!r}] is not a setting of django_throttle and is ignored.",

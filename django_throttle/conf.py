@@ -21,6 +21,7 @@ DEFAULTS: dict[str, Any] = {
     "HEADERS": True,
     "KEY_FUNCTIONS": {},
     "KEY_PREFIX": "thr",
+    "REJECTION_VIEW": None,
 }
 
 TYPES: dict[str, tuple[type, ...]] = {
@@ -33,6 +34,7 @@ TYPES: dict[str, tuple[type, ...]] = {
     "HEADERS": (bool,),
     "KEY_FUNCTIONS": (dict,),
     "KEY_PREFIX": (str,),
+    "REJECTION_VIEW": (str, type(None)),
 }
 
 BACKENDS = ("auto", "redis", "memory")
@@ -85,6 +87,10 @@ class Settings:
     @property
     def KEY_PREFIX(self) -> str:
         return self._get("KEY_PREFIX")
+
+    @property
+    def REJECTION_VIEW(self) -> str | None:
+        return self._get("REJECTION_VIEW")
 
     @property
     def cache_backend_path(self) -> str | None:

@@ -230,9 +230,8 @@ class Rule(models.Model):
     def clean(self) -> None:
         self.scope = (self.scope or "").strip()
         self.key_arg = (self.key_arg or "").strip()
-        self.methods = ",".join(
-            m.strip().upper() for m in (self.methods or "").split(",") if m.strip()
-        )
+        methods = (m.strip().upper() for m in (self.methods or "").split(","))
+        self.methods = ",".join(dict.fromkeys(m for m in methods if m))
         errors: dict[str, list[str]] = {}
 
         def error(field: str, message: str) -> None:

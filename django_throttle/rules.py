@@ -46,6 +46,7 @@ class CompiledRule:
     action: str
     fail_mode: str
     state_prefix: str  # where this rule's per-client state lives in the store
+    header_meta_key: str = ""  # request.META name of the header a 'header' rule keys on
 
     def applies_to(self, method: str) -> bool:
         return self.methods is None or method in self.methods
@@ -59,7 +60,7 @@ def compile_rule(rule: Any) -> CompiledRule:
         if path is None:
             raise ValueError(f"key function {rule.key_arg!r} is not in KEY_FUNCTIONS")
         key_function = import_string(path)
-    methods = frozenset(m for m in rule.methods.upper().split(",") if m.strip())
+    methods = frozenset(m.strip() for m in rule.methods.upper().split(",") if m.strip())
     return CompiledRule(
         id=rule.pk,
         name=rule.name,
@@ -75,7 +76,14 @@ def compile_rule(rule: Any) -> CompiledRule:
         action=rule.action,
         fail_mode=rule.fail_mode,
         state_prefix=state_prefix(_base36(rule.pk), rule.algorithm),
+        header_meta_key=header_meta_key(rule.key_arg) if rule.key_kind == "header" else "",
     )
+
+
+def header_meta_key(header: str) -> str:
+    """Where WSGI and ASGI put a header in request.META: X-Api-Key is HTTP_X_API_KEY."""
+    name = header.upper().replace("-", "_")
+    return name if name in ("CONTENT_TYPE", "CONTENT_LENGTH") else "HTTP_" + name
 
 
 ALGORITHM_CODES = {
@@ -208,6 +216,10 @@ def load_rules() -> RuleSet:
     return RuleSet(compiled)
 
 
+_READ_VERSION = "read the rules version"
+_LOAD = "load rules from the database"
+
+
 class RuleCache:
     """The process's current RuleSet, re-read when the version changes (checked every RULES_REFRESH)."""
 
@@ -224,6 +236,7 @@ class RuleCache:
         self._rules: RuleSet | None = None
         self._seen_version: Any = None
         self._next_check = 0.0
+        self._stale = False  # this process changed a rule: reload whatever the version says
         self._failing: str | None = None
         self.bump_pending = False
 
@@ -248,17 +261,27 @@ class RuleCache:
         try:
             version = self.version.read()
         except Exception as exc:
-            self._report("read the rules version", exc)
+            self._report(_READ_VERSION, exc)
             version = self._seen_version if self._rules is not None else object()
-        if self._rules is not None and version == self._seen_version:
+        else:
+            if self._failing == _READ_VERSION:
+                logger.warning("django_throttle: the rules version can be read again")
+                self._failing = None
+        if self._rules is not None and not self._stale and version == self._seen_version:
             return
+        self._stale = False  # before loading, so an invalidate() during the load is not lost
         try:
             rules = self._loader()
         except DatabaseError as exc:
-            self._report("load rules from the database", exc)
+            self._stale = True
+            self._report(_LOAD, exc)
+            if self._rules is None:
+                # No rules yet: run without any until the next refresh retries, rather
+                # than query the database on every request.
+                self._rules = RuleSet()
             return
         self._rules, self._seen_version = rules, version
-        if self._failing:
+        if self._failing == _LOAD:
             logger.warning("django_throttle: rules loaded again after the error")
             self._failing = None
 
@@ -288,7 +311,7 @@ class RuleCache:
     def invalidate(self) -> None:
         """Re-read the rules at the next request of this process."""
         self._next_check = 0.0
-        self._seen_version = object()
+        self._stale = True
 
 
 _cache: RuleCache | None = None
@@ -319,9 +342,10 @@ def reset_rule_cache() -> None:
 
 
 def rules_changed() -> None:
-    """A rule was written: this process reloads now, the others once the transaction commits."""
+    """A rule was written: once the transaction commits (at once in autocommit), this process
+    reloads at its next request and the others within RULES_REFRESH. Nothing happens on a
+    rollback."""
     cache = rule_cache()
-    cache.invalidate()
 
     def committed() -> None:
         cache.invalidate()

@@ -1,4 +1,5 @@
-"""Signal receivers: rule writes refresh every process's rules; settings changes reset state."""
+"""``request_throttled``; and receivers: rule writes refresh every process's rules, settings
+changes reset state."""
 
 from __future__ import annotations
 
@@ -6,11 +7,15 @@ from typing import Any
 
 from django.core.signals import setting_changed
 from django.db.models.signals import post_delete, post_save
-from django.dispatch import receiver
+from django.dispatch import Signal, receiver
 
 from .models import Rule
 from .rules import reset_rule_cache, rules_changed
 from .store import reset_store
+
+# Sent for every rejected request (shadow=False) and every would-be rejection of a
+# log-only rule (shadow=True), with the request, the rule's name and the Decision.
+request_throttled = Signal()
 
 
 @receiver(post_save, sender=Rule, dispatch_uid="django_throttle.rule_saved")

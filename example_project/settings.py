@@ -16,6 +16,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "rest_framework",
     "django_throttle",
     "example_project.demo",
 ]
@@ -26,6 +27,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django_throttle.middleware.ThrottleMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -70,6 +72,10 @@ else:
 
 DJANGO_THROTTLE = {
     "KEY_FUNCTIONS": {"api_key": "example_project.demo.keys.api_key"},
+}
+
+REST_FRAMEWORK = {
+    "DEFAULT_THROTTLE_CLASSES": ["django_throttle.contrib.drf.RuleThrottle"],
 }
 
 AUTH_PASSWORD_VALIDATORS = []

@@ -45,7 +45,7 @@ if os.environ.get("THROTTLE_TEST_DB") == "postgres":
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.postgresql",
-            "NAME": "throttle",
+            "NAME": os.environ.get("THROTTLE_TEST_PGDATABASE", "throttle"),
             "USER": os.environ.get("PGUSER", "postgres"),
             "HOST": os.environ.get("PGHOST", "127.0.0.1"),
             "PORT": os.environ.get("PGPORT", "5432"),

@@ -1,4 +1,24 @@
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 
-urlpatterns = [path("admin/", admin.site.urls)]
+from tests import views
+
+app_patterns = (
+    [path("named/", views.plain, name="named")],
+    "shop",
+)
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("plain/", views.plain, name="plain"),
+    path("api/items/", views.plain, name="api-items"),
+    path("users/<int:pk>/", views.plain, name="user-detail"),
+    path("login/", views.login, name="login-page"),
+    path("search/", views.search, name="search"),
+    path("export/", views.export, name="export"),
+    path("stacked/", views.stacked, name="stacked"),
+    path("async/", views.async_view, name="async"),
+    path("class/", views.ClassView.as_view(), name="class"),
+    path("failed-login/", views.failed_login, name="failed-login"),
+    path("shop/", include(app_patterns)),
+]

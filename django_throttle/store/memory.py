@@ -152,11 +152,9 @@ class MemoryStore:
         if count + cost <= limit:
 
             def write() -> None:
-                base = now
-                if live and live[-1] >= base:
-                    base = live[-1] + 1
-                kept = live + list(range(base, base + cost))
-                self._set(key, kept, now, base + cost - 1 - now + period)
+                kept = live + [now] * cost
+                kept.sort()  # already sorted, unless the clock stepped back
+                self._set(key, kept, now, kept[-1] - now + period)
 
             return True, limit - count - cost, limit - count, period, 0, 0, write
         reset_after = live[-1] + period - now if count else 0
@@ -215,27 +213,26 @@ class MemoryStore:
         cost: int,
         is_leaky: bool,
     ) -> Evaluation:
-        interval = period / limit
-        tau = burst * interval
+        # In units of 1/limit microsecond, as decide.lua: exact arithmetic.
         tat = self._get(key, now) or 0
-        if tat < now:
-            tat = now
-        new_tat = tat + cost * interval
-        remaining_now = _clamp((tau - (tat - now)) / interval)
-        if new_tat - now <= tau:
+        backlog = (tat - now) * limit if tat > now else 0
+        tau = burst * period
+        new_backlog = backlog + cost * period
+        remaining_now = _clamp((tau - backlog) / period)
+        if new_backlog <= tau:
 
             def write() -> None:
-                self._set(key, math.floor(new_tat), now, new_tat - now)
+                self._set(key, now + math.floor(new_backlog / limit), now, new_backlog / limit)
 
-            delay = tat - now if is_leaky else 0
+            delay = backlog / limit if is_leaky else 0
             return (
                 True,
-                _clamp((tau - (new_tat - now)) / interval),
+                _clamp((tau - new_backlog) / period),
                 remaining_now,
-                new_tat - now,
+                new_backlog / limit,
                 0,
                 delay,
                 write,
             )
-        retry = period if cost > burst else new_tat - tau - now
-        return False, remaining_now, remaining_now, tat - now, retry, 0, None
+        retry = period if cost > burst else (new_backlog - tau) / limit
+        return False, remaining_now, remaining_now, backlog / limit, retry, 0, None

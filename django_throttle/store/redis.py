@@ -34,27 +34,73 @@ class RedisStore:
     def decide(self, checks: Sequence[Check], dry_run: bool = False) -> list[Result]:
         if not checks:
             return []
-        # Redis Cluster: every key carries the same hash tag (state_prefix), so one call
-        # is valid. To spread rules over slots, group the checks by slot here and make
-        # one call per group, giving up all-or-nothing across groups.
-        keys = []
-        args: list[Any] = ["1" if dry_run else "0"]
-        for check in checks:
-            rule = check.rule
-            keys.append(state_key(rule, check.identity))
-            args += (
-                ALGORITHM_CODES[rule.algorithm],
-                rule.limit,
-                rule.period,
-                rule.burst,
-                check.cost,
-                "0" if rule.action == "log" else "1",
-            )
-        reply = self._decide(keys=keys, args=args)
-        return parse_reply(checks, reply)
+        keys, args = script_input(checks, dry_run)
+        return parse_reply(checks, self._decide(keys=keys, args=args))
 
     def reset(self, rule: CompiledRule, identity: str) -> None:
         self.client.delete(state_key(rule, identity))
+
+
+class AsyncRedisStore:
+    """The same decisions through redis.asyncio, so an ASGI event loop never blocks on Redis."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self._decide = client.register_script(_DECIDE_SOURCE)
+
+    @classmethod
+    def from_cache(cls, alias: str) -> AsyncRedisStore:
+        return cls(async_client_from_cache(alias))
+
+    async def decide(self, checks: Sequence[Check], dry_run: bool = False) -> list[Result]:
+        if not checks:
+            return []
+        keys, args = script_input(checks, dry_run)
+        return parse_reply(checks, await self._decide(keys=keys, args=args))
+
+    async def reset(self, rule: CompiledRule, identity: str) -> None:
+        await self.client.delete(state_key(rule, identity))
+
+
+def async_client_from_cache(alias: str) -> Any:
+    """A redis.asyncio client for the server of a django-redis cache, with its options."""
+    import redis.asyncio
+    from django.conf import settings
+
+    config = settings.CACHES[alias]
+    location = config["LOCATION"]
+    if isinstance(location, (list, tuple)):
+        location = location[0]  # django-redis writes to the first server
+    options = config.get("OPTIONS", {})
+    kwargs: dict[str, Any] = dict(options.get("CONNECTION_POOL_KWARGS", {}))
+    if options.get("PASSWORD"):
+        kwargs["password"] = options["PASSWORD"]
+    if options.get("SOCKET_TIMEOUT") is not None:
+        kwargs["socket_timeout"] = options["SOCKET_TIMEOUT"]
+    if options.get("SOCKET_CONNECT_TIMEOUT") is not None:
+        kwargs["socket_connect_timeout"] = options["SOCKET_CONNECT_TIMEOUT"]
+    return redis.asyncio.Redis.from_url(location, **kwargs)
+
+
+def script_input(checks: Sequence[Check], dry_run: bool) -> tuple[list[str], list[Any]]:
+    """KEYS and ARGV of decide.lua (see its header)."""
+    # Redis Cluster: every key carries the same hash tag (state_prefix), so one call
+    # is valid. To spread rules over slots, group the checks by slot here and make
+    # one call per group, giving up all-or-nothing across groups.
+    keys = []
+    args: list[Any] = ["1" if dry_run else "0"]
+    for check in checks:
+        rule = check.rule
+        keys.append(state_key(rule, check.identity))
+        args += (
+            ALGORITHM_CODES[rule.algorithm],
+            rule.limit,
+            rule.period,
+            rule.burst,
+            check.cost,
+            "0" if rule.action == "log" else "1",
+        )
+    return keys, args
 
 
 def parse_reply(checks: Sequence[Check], reply: Sequence[int]) -> list[Result]:

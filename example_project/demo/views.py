@@ -1,10 +1,15 @@
-"""Views of the demo site: an API, a login form, a search and an expensive export."""
+"""Views of the demo site, one for each way of throttling."""
 
+import asyncio
 import csv
 
 from django.contrib.auth import authenticate, login
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from django_throttle import check, throttle
 
 ITEMS = [{"id": n, "name": f"item {n}"} for n in range(1, 51)]
 
@@ -14,12 +19,23 @@ def home(request: HttpRequest) -> HttpResponse:
 
 
 def api_items(request: HttpRequest) -> JsonResponse:
+    """Covered by the path-prefix rules of scope '/api/' (no decorator needed)."""
     return JsonResponse({"items": ITEMS[:10]})
 
 
+def item_detail(request: HttpRequest, pk: int) -> JsonResponse:
+    """Covered by the regular-expression rule '^/items/\\d+/$'."""
+    return JsonResponse(ITEMS[(pk - 1) % len(ITEMS)])
+
+
 def login_view(request: HttpRequest) -> HttpResponse:
+    """Only failed attempts count, through check(): a rule of scope 'failed-login'."""
     error = None
     if request.method == "POST":
+        allowed = check(request, "failed-login", dry_run=True)
+        if not allowed.allowed:
+            error = f"Too many failed attempts. Try again in {int(allowed.retry_after) + 1} s."
+            return render(request, "demo/login.html", {"error": error}, status=429)
         user = authenticate(
             request,
             username=request.POST.get("username", ""),
@@ -28,16 +44,21 @@ def login_view(request: HttpRequest) -> HttpResponse:
         if user is not None:
             login(request, user)
             return redirect("home")
+        check(request, "failed-login")  # count this failure
         error = "Wrong username or password."
     return render(request, "demo/login.html", {"error": error}, status=400 if error else 200)
 
 
+@throttle("search", rate="30/m", key="user_or_ip", algorithm="sliding_window_counter")
 def search(request: HttpRequest) -> JsonResponse:
+    """A code default (30/m) until the admin has an enabled rule of scope 'search'."""
     query = request.GET.get("q", "").strip().lower()
     return JsonResponse({"q": query, "results": [i for i in ITEMS if query in i["name"]]})
 
 
+@throttle("export", cost=5)
 def export(request: HttpRequest) -> HttpResponse:
+    """An expensive view: each request costs 5 from the 'export' rules."""
     response = HttpResponse(content_type="text/csv")
     response["Content-Disposition"] = 'attachment; filename="items.csv"'
     writer = csv.writer(response)
@@ -45,3 +66,19 @@ def export(request: HttpRequest) -> HttpResponse:
     for item in ITEMS:
         writer.writerow([item["id"], item["name"]])
     return response
+
+
+@throttle("report", rate="5/m", key="ip", algorithm="token_bucket", burst=2)
+async def report(request: HttpRequest) -> JsonResponse:
+    """An async view: under ASGI its decision uses the asyncio Redis client."""
+    await asyncio.sleep(0)
+    return JsonResponse({"report": "ready"})
+
+
+class Orders(APIView):
+    """A DRF view throttled by the admin rules of its throttle_scope."""
+
+    throttle_scope = "orders"
+
+    def get(self, request):
+        return Response({"orders": []})

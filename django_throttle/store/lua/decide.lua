@@ -16,7 +16,8 @@
 --          reset_after_us, retry_after_us, delay_us}
 --
 -- Windows are aligned to multiples of the period since the epoch. Buckets
--- are one number, the theoretical arrival time (GCRA) in microseconds.
+-- are one number, the theoretical arrival time (GCRA) in microseconds. The
+-- log is a sorted set of one entry per unit of cost, scored by its time.
 
 local t = redis.call('TIME')
 local now_s = tonumber(t[1])
@@ -69,22 +70,24 @@ local function sliding_window_log(key, limit, period, burst, cost)
   if count + cost <= limit then
     return true, limit - count - cost, limit - count, period, 0, 0, function()
       redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', floor))
-      -- Entries are integers, strictly increasing even within one microsecond.
-      local base = now
-      local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-      if last[2] and tonumber(last[2]) >= base then base = tonumber(last[2]) + 1 end
+      -- Every unit of the request is logged at now, so it leaves the trailing
+      -- interval exactly when the request does. Members stay distinct with a
+      -- sequence number after the entries already logged at this microsecond.
+      local stamp = string.format('%d', now)
+      local seq = redis.call('ZCOUNT', key, stamp, stamp)
       -- ZADD in chunks: unpack() of a huge table would overflow Lua's C stack.
       local args = {}
       for i = 0, cost - 1 do
-        local s = string.format('%d', base + i)
-        args[#args + 1] = s
-        args[#args + 1] = s
+        args[#args + 1] = stamp
+        args[#args + 1] = string.format('%s:%d', stamp, seq + i)
         if #args >= 1000 or i == cost - 1 then
           redis.call('ZADD', key, unpack(args))
           args = {}
         end
       end
-      redis.call('PEXPIRE', key, px(base + cost - 1 - now + period))
+      -- The newest entry is now, unless the server's clock stepped back.
+      local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+      redis.call('PEXPIRE', key, px(tonumber(newest[2]) - now + period))
     end
   end
   if count > 0 then
@@ -141,24 +144,31 @@ local function sliding_window_counter(key, limit, period, burst, cost)
     nil
 end
 
+-- Durations here are counted in units of 1/limit microsecond, in which one
+-- request's interval (period / limit) is the whole number period: the
+-- arithmetic is exact, so a bucket with exactly cost tokens left admits the
+-- request (floating point at the scale of now, where a double's step is 1/4
+-- microsecond, could otherwise reject it, even from an empty bucket). The stored
+-- arrival time is floored to a whole microsecond, which can only admit sooner.
 local function bucket(key, limit, period, burst, cost, is_leaky)
-  local interval = period / limit
-  local tau = burst * interval
   local tat = tonumber(redis.call('GET', key) or 0)
-  if tat < now then tat = now end
-  local new_tat = tat + cost * interval
-  local remaining_now = clamp((tau - (tat - now)) / interval)
-  if new_tat - now <= tau then
+  local backlog = 0
+  if tat > now then backlog = (tat - now) * limit end
+  local tau = burst * period
+  local new_backlog = backlog + cost * period
+  local remaining_now = clamp((tau - backlog) / period)
+  if new_backlog <= tau then
     local delay = 0
-    if is_leaky then delay = tat - now end
-    return true, clamp((tau - (new_tat - now)) / interval), remaining_now, new_tat - now, 0, delay,
+    if is_leaky then delay = backlog / limit end
+    return true, clamp((tau - new_backlog) / period), remaining_now, new_backlog / limit, 0, delay,
       function()
-        redis.call('SET', key, string.format('%d', math.floor(new_tat)), 'PX', px(new_tat - now))
+        redis.call('SET', key, string.format('%d', now + math.floor(new_backlog / limit)), 'PX',
+          px(new_backlog / limit))
       end
   end
-  local retry = new_tat - tau - now
+  local retry = (new_backlog - tau) / limit
   if cost > burst then retry = period end
-  return false, remaining_now, remaining_now, tat - now, retry, 0, nil
+  return false, remaining_now, remaining_now, backlog / limit, retry, 0, nil
 end
 
 local function token_bucket(key, limit, period, burst, cost)

@@ -1,0 +1,39 @@
+"""A Django REST framework throttle class applying the admin rules of a view's throttle_scope.
+
+    REST_FRAMEWORK = {"DEFAULT_THROTTLE_CLASSES": ["django_throttle.contrib.drf.RuleThrottle"]}
+
+    class Orders(APIView):
+        throttle_scope = "orders"   # rules of scope "orders", edited in the admin
+
+DRF stays optional: this module imports it, nothing else in django_throttle does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework.throttling import BaseThrottle
+
+from ..api import check
+
+
+class RuleThrottle(BaseThrottle):
+    """Decides through the same engine (one store call); ``wait()`` gives DRF its Retry-After."""
+
+    scope_attr = "throttle_scope"
+
+    def __init__(self) -> None:
+        self.decision: Any = None
+
+    def allow_request(self, request: Any, view: Any) -> bool:
+        scope = getattr(view, self.scope_attr, None)
+        if not scope:
+            return True
+        # The DRF request proxies META, GET and POST, and carries DRF's authenticated user.
+        self.decision = check(request, scope)
+        return bool(self.decision.allowed)
+
+    def wait(self) -> float | None:
+        if self.decision is None or self.decision.allowed:
+            return None
+        return max(1.0, self.decision.retry_after)

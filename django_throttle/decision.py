@@ -1,0 +1,81 @@
+"""The ``Decision`` value: what throttling made of one request."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from .rules import CompiledRule
+from .store import Result
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """``allowed``, and the figures of the deciding rule: the rejecting one, else the most
+    constrained (fewest remaining; ties go to the later reset)."""
+
+    allowed: bool
+    limit: int | None = None
+    remaining: int | None = None
+    reset_at: float | None = None  # Unix time, seconds
+    retry_after: float = 0.0  # seconds
+    rule: str | None = None
+    period: int | None = None  # seconds: the deciding rule's window, for RateLimit-Policy
+    delay: float = 0.0  # seconds to hold an admitted request (leaky bucket, action delay)
+    unavailable: bool = False  # rejected because the store is down and the rule fails closed
+    results: tuple[Result, ...] = field(default=(), repr=False)
+
+    @property
+    def shadow_rejections(self) -> list[Result]:
+        """Results of log-only rules that would have rejected this request."""
+        return [r for r in self.results if not r.allowed and r.rule.action == "log"]
+
+
+ALLOWED = Decision(allowed=True)
+
+
+def from_results(results: Sequence[Result]) -> Decision:
+    """Sum up one store call: rejected if any enforcing rule rejected."""
+    rejecting = [r for r in results if not r.allowed and r.rule.action != "log"]
+    if rejecting:
+        deciding = max(rejecting, key=lambda r: r.retry_after)
+        return _decision(False, deciding, results, deciding.retry_after)
+    enforcing = [r for r in results if r.rule.action != "log"]
+    if not enforcing:
+        return Decision(allowed=True, results=tuple(results))
+    deciding = min(enforcing, key=lambda r: (r.remaining, -r.reset_at))
+    delay = max((r.delay for r in enforcing if r.rule.action == "delay"), default=0.0)
+    return _decision(True, deciding, results, 0.0, delay)
+
+
+def _decision(
+    allowed: bool,
+    deciding: Result,
+    results: Sequence[Result],
+    retry_after: float,
+    delay: float = 0.0,
+) -> Decision:
+    return Decision(
+        allowed=allowed,
+        limit=deciding.limit,
+        remaining=deciding.remaining,
+        reset_at=deciding.reset_at,
+        retry_after=retry_after,
+        rule=deciding.rule.name,
+        period=deciding.rule.period,
+        delay=delay,
+        results=tuple(results),
+    )
+
+
+def unavailable(rule: CompiledRule, retry_after: float) -> Decision:
+    """A fail-closed rule while the store is unreachable."""
+    return Decision(
+        allowed=False,
+        limit=rule.limit,
+        remaining=0,
+        retry_after=retry_after,
+        rule=rule.name,
+        period=rule.period,
+        unavailable=True,
+    )

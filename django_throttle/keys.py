@@ -1,0 +1,100 @@
+"""From a request to the client identity a rule counts: ``"ip:203.0.113.7"``, ``"user:42"``...
+
+Identities are written as the dashboard and ``reset()`` show them; the store
+hashes them to a fixed length, so any value (huge, non-ASCII, CRLF-laden) gives
+a short key.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from typing import Any
+
+from .conf import conf
+from .rules import CompiledRule
+
+logger = logging.getLogger("django_throttle")
+
+UNKNOWN_IP = "unknown"
+MAX_FORWARDED_ENTRIES = 64  # more hops than any real proxy chain; longer headers are cut
+
+
+def _normalize_ip(text: str) -> str | None:
+    """The address as it is keyed (IPv6 by its network prefix), or None if it is not one."""
+    text = text.strip()
+    if text.startswith("[") and "]" in text:  # "[2001:db8::1]:443"
+        text = text[1 : text.index("]")]
+    elif text.count(":") == 1:  # "203.0.113.7:51234"
+        text = text.split(":", 1)[0]
+    text = text.split("%", 1)[0]  # a zone id ("fe80::1%eth0") names a local interface
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        return None
+    if address.version == 6:
+        mapped = address.ipv4_mapped
+        if mapped is not None:
+            return str(mapped)
+        network = ipaddress.IPv6Network((address, conf.IPV6_PREFIX), strict=False)
+        return str(network)
+    return str(address)
+
+
+def client_ip(request: Any) -> str:
+    """The client's address: REMOTE_ADDR, or with TRUSTED_PROXIES=N the N-th X-Forwarded-For
+    entry from the right. A missing or malformed value falls back to REMOTE_ADDR."""
+    meta = request.META
+    remote = _normalize_ip(meta.get("REMOTE_ADDR") or "")
+    trusted = conf.TRUSTED_PROXIES
+    if trusted > 0:
+        forwarded = meta.get("HTTP_X_FORWARDED_FOR") or ""
+        entries = forwarded.rsplit(",", MAX_FORWARDED_ENTRIES)[-MAX_FORWARDED_ENTRIES:]
+        if len(entries) >= trusted and forwarded:
+            candidate = _normalize_ip(entries[-trusted])
+            if candidate is not None:
+                return candidate
+    return remote or UNKNOWN_IP
+
+
+def _user_pk(request: Any) -> str | None:
+    user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
+        return None
+    return str(user.pk)
+
+
+def identity(rule: CompiledRule, request: Any, memo: dict[str, str | None]) -> str | None:
+    """The identity this rule counts the request under, or None if the rule does not count it.
+
+    ``memo`` is shared by the rules of one request so the client address and the
+    user are worked out once per request.
+    """
+    kind = rule.key_kind
+    if kind == "global":
+        return "global"
+    if kind in ("ip", "user", "user_or_ip"):
+        if kind != "ip":
+            if "user" not in memo:
+                memo["user"] = _user_pk(request)
+            pk = memo["user"]
+            if pk is not None:
+                return "user:" + pk
+            if kind == "user":
+                return None  # anonymous requests are not counted by a user rule
+        if "ip" not in memo:
+            memo["ip"] = client_ip(request)
+        return "ip:" + memo["ip"]  # type: ignore[operator]
+    if kind == "header":
+        value = request.META.get(rule.header_meta_key)
+        return None if value is None or value == "" else "header:" + value
+    if kind == "param":
+        value = request.GET.get(rule.key_arg)
+        if value is None and request.method == "POST":
+            value = request.POST.get(rule.key_arg)
+        return None if value is None or value == "" else "param:" + value
+    if kind == "custom":
+        assert rule.key_function is not None
+        value = rule.key_function(request)
+        return None if value is None else "custom:" + str(value)
+    return None

@@ -1,0 +1,87 @@
+"""Rate-limit headers, and the 429 / 503 responses."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.template.loader import render_to_string
+from django.utils.module_loading import import_string
+from django.utils.translation import gettext as _
+
+from .conf import conf
+from .decision import Decision
+
+RETRY_AFTER = "Retry-After"
+X_LIMIT = "X-RateLimit-Limit"
+X_REMAINING = "X-RateLimit-Remaining"
+X_RESET = "X-RateLimit-Reset"
+POLICY = "RateLimit-Policy"
+RATELIMIT = "RateLimit"
+TEMPLATE = "django_throttle/429.html"
+
+
+def retry_after_seconds(decision: Decision) -> int:
+    return max(1, math.ceil(decision.retry_after))
+
+
+def _sf_string(text: str) -> str:
+    """A structured-field string (RFC 8941): printable ASCII, with quotes and backslashes escaped."""
+    text = "".join(c if " " <= c <= "~" else "?" for c in text)
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def add_headers(response: HttpResponse, decision: Decision) -> None:
+    """X-RateLimit-* and the IETF RateLimit-Policy / RateLimit fields of the deciding rule."""
+    if decision.rule is None or decision.limit is None:
+        return
+    remaining = max(0, decision.remaining or 0)
+    reset_at = math.ceil(decision.reset_at or time.time())
+    name = _sf_string(decision.rule)
+    response[X_LIMIT] = str(decision.limit)
+    response[X_REMAINING] = str(remaining)
+    response[X_RESET] = str(reset_at)
+    response[POLICY] = f"{name};q={decision.limit};w={decision.period}"
+    response[RATELIMIT] = f"{name};r={remaining};t={max(0, reset_at - math.floor(time.time()))}"
+
+
+def wants_json(request: HttpRequest) -> bool:
+    """Whether the client prefers application/json to text/html (Accept negotiation)."""
+    if "HTTP_ACCEPT" not in request.META:
+        return False
+    preferred = request.get_preferred_type(["text/html", "application/json"])
+    return preferred == "application/json"
+
+
+def rejected(request: HttpRequest, decision: Decision) -> HttpResponse:
+    """The 429 (or, for a fail-closed rule with the store down, 503) response."""
+    view_path = conf.REJECTION_VIEW
+    if view_path:
+        response = import_string(view_path)(request, decision)
+    else:
+        response = default_rejection(request, decision)
+    response[RETRY_AFTER] = str(retry_after_seconds(decision))
+    if not decision.unavailable:
+        add_headers(response, decision)
+    return response
+
+
+def default_rejection(request: HttpRequest, decision: Decision) -> HttpResponse:
+    status = 503 if decision.unavailable else 429
+    seconds = retry_after_seconds(decision)
+    if decision.unavailable:
+        detail = _("The service is temporarily unavailable. Please try again later.")
+    else:
+        detail = _("Too many requests. Please try again in %(seconds)d seconds.") % {
+            "seconds": seconds
+        }
+    if wants_json(request):
+        return JsonResponse({"detail": detail, "retry_after": seconds}, status=status)
+    context: dict[str, Any] = {
+        "retry_after": seconds,
+        "unavailable": decision.unavailable,
+        "rule": decision.rule,
+    }
+    return HttpResponse(render_to_string(TEMPLATE, context, request=request), status=status)

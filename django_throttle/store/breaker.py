@@ -1,0 +1,75 @@
+"""A circuit breaker in front of the store: after a failure, stop calling Redis for a while.
+
+While the breaker is open no request waits on Redis at all; when the interval
+has passed, one request probes the store and the others keep to the fail
+modes until the probe succeeds. State changes are logged once and sent as the
+``store_state_changed`` signal.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+logger = logging.getLogger("django_throttle")
+
+CLOSED, OPEN, PROBING = "closed", "open", "probing"
+
+
+class Breaker:
+    def __init__(
+        self, interval: Callable[[], float], clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._interval = interval
+        self._clock = clock
+        self._lock = threading.Lock()
+        self.state = CLOSED
+        self._open_until = 0.0
+
+    def allow(self) -> bool:
+        """Whether this request may call the store (the hot path: one attribute read)."""
+        if self.state == CLOSED:
+            return True
+        with self._lock:
+            if self.state == OPEN and self._clock() >= self._open_until:
+                self.state = PROBING  # this caller is the one probe
+                return True
+            return False
+
+    @property
+    def retry_after(self) -> float:
+        """Seconds until the store is tried again (at least 1, for Retry-After)."""
+        return max(1.0, self._open_until - self._clock())
+
+    def succeeded(self) -> None:
+        if self.state == CLOSED:
+            return
+        with self._lock:
+            was, self.state = self.state, CLOSED
+        if was != CLOSED:
+            logger.warning(
+                "django_throttle: the store is reachable again; limiting in Redis resumes"
+            )
+            _changed(available=True)
+
+    def failed(self, exc: BaseException) -> None:
+        with self._lock:
+            was = self.state
+            self.state = OPEN
+            self._open_until = self._clock() + self._interval()
+        if was == CLOSED:
+            logger.error(
+                "django_throttle: the store is unavailable (%r); rules apply their fail modes "
+                "and the store is retried every %.1f s",
+                exc,
+                self._interval(),
+            )
+            _changed(available=False, error=exc)
+
+
+def _changed(**kwargs: object) -> None:
+    from ..signals import store_state_changed
+
+    store_state_changed.send(Breaker, **kwargs)

@@ -1,0 +1,48 @@
+"""Views the enforcement tests call: every decorator form and scope form."""
+
+from django.http import HttpResponse, JsonResponse
+from django.utils.decorators import method_decorator
+from django.views import View
+
+from django_throttle import check, throttle
+
+
+def plain(request):
+    return HttpResponse("plain")
+
+
+@throttle("login")
+def login(request):
+    return HttpResponse("login")
+
+
+@throttle("search", rate="3/m", key="ip")
+def search(request):
+    return HttpResponse("search")
+
+
+@throttle("export", rate="10/m", cost=4)
+def export(request):
+    return HttpResponse("export")
+
+
+@throttle("outer", rate="5/m")
+@throttle("inner", rate="2/m")
+def stacked(request):
+    return HttpResponse("stacked")
+
+
+@throttle("async-scope", rate="2/m")
+async def async_view(request):
+    return HttpResponse("async")
+
+
+@method_decorator(throttle("class-scope", rate="2/m"), name="dispatch")
+class ClassView(View):
+    def get(self, request):
+        return HttpResponse("class")
+
+
+def failed_login(request):
+    decision = check(request, "failed-login")
+    return JsonResponse({"allowed": decision.allowed, "remaining": decision.remaining})
