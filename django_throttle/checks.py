@@ -23,7 +23,7 @@ E_WRONG_TYPE = "django_throttle.E005"
 E_TRUSTED_PROXIES = "django_throttle.E006"
 E_MIDDLEWARE_ORDER = "django_throttle.E007"
 E_IPV6_PREFIX = "django_throttle.E008"
-E_RULES_REFRESH = "django_throttle.E009"
+E_RULES_REFRESH = "django_throttle.E009"  # any duration or count out of range
 E_KEY_FUNCTION = "django_throttle.E010"
 W_UNKNOWN_SETTING = "django_throttle.W001"
 
@@ -100,6 +100,17 @@ def _check_store(bad_types: set[str]) -> Iterable[CheckMessage]:
         )
 
 
+# Numeric settings with their lower bound, and whether the bound itself is excluded.
+_DURATIONS = (
+    ("RULES_REFRESH", 0, False),
+    ("TIMEOUT", 0, True),
+    ("CONNECT_TIMEOUT", 0, True),
+    ("BREAKER_INTERVAL", 0, False),
+    ("FLUSH_INTERVAL", 0, True),
+    ("RETENTION_DAYS", 1, False),
+)
+
+
 def _check_numbers(raw: dict[str, Any], bad_types: set[str]) -> Iterable[CheckMessage]:
     proxies = raw.get("TRUSTED_PROXIES", 0)
     if "TRUSTED_PROXIES" in bad_types or proxies < 0:
@@ -116,11 +127,15 @@ def _check_numbers(raw: dict[str, Any], bad_types: set[str]) -> Iterable[CheckMe
             hint="64 keys an IPv6 client by its /64 network, the usual size of one customer's.",
             id=E_IPV6_PREFIX,
         )
-    if "RULES_REFRESH" not in bad_types and conf.RULES_REFRESH < 0:
-        yield Error(
-            f"{SETTING_NAME}['RULES_REFRESH'] must be 0 or more seconds.",
-            id=E_RULES_REFRESH,
-        )
+    for name, minimum, strict in _DURATIONS:
+        value = getattr(conf, name)
+        if name not in bad_types and (value <= minimum if strict else value < minimum):
+            relation = "more than" if strict else "at least"
+            yield Error(
+                f"{SETTING_NAME}[{name!r}] must be {relation} {minimum}, not {value!r}.",
+                hint=f"The default is {DEFAULTS[name]!r}.",
+                id=E_RULES_REFRESH,
+            )
 
 
 def _check_key_functions(functions: dict[str, Any]) -> Iterable[CheckMessage]:

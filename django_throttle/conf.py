@@ -22,6 +22,12 @@ DEFAULTS: dict[str, Any] = {
     "KEY_FUNCTIONS": {},
     "KEY_PREFIX": "thr",
     "REJECTION_VIEW": None,
+    "TIMEOUT": 0.1,
+    "CONNECT_TIMEOUT": 0.1,
+    "BREAKER_INTERVAL": 2.0,
+    "LOCAL_FALLBACK": True,
+    "FLUSH_INTERVAL": 10.0,
+    "RETENTION_DAYS": 30,
 }
 
 TYPES: dict[str, tuple[type, ...]] = {
@@ -35,6 +41,12 @@ TYPES: dict[str, tuple[type, ...]] = {
     "KEY_FUNCTIONS": (dict,),
     "KEY_PREFIX": (str,),
     "REJECTION_VIEW": (str, type(None)),
+    "TIMEOUT": (int, float),
+    "CONNECT_TIMEOUT": (int, float),
+    "BREAKER_INTERVAL": (int, float),
+    "LOCAL_FALLBACK": (bool,),
+    "FLUSH_INTERVAL": (int, float),
+    "RETENTION_DAYS": (int,),
 }
 
 BACKENDS = ("auto", "redis", "memory")
@@ -91,6 +103,30 @@ class Settings:
     @property
     def REJECTION_VIEW(self) -> str | None:
         return self._get("REJECTION_VIEW")
+
+    @property
+    def TIMEOUT(self) -> float:
+        return float(self._get("TIMEOUT"))
+
+    @property
+    def CONNECT_TIMEOUT(self) -> float:
+        return float(self._get("CONNECT_TIMEOUT"))
+
+    @property
+    def BREAKER_INTERVAL(self) -> float:
+        return float(self._get("BREAKER_INTERVAL"))
+
+    @property
+    def LOCAL_FALLBACK(self) -> bool:
+        return self._get("LOCAL_FALLBACK")
+
+    @property
+    def FLUSH_INTERVAL(self) -> float:
+        return float(self._get("FLUSH_INTERVAL"))
+
+    @property
+    def RETENTION_DAYS(self) -> int:
+        return self._get("RETENTION_DAYS")
 
     @property
     def cache_backend_path(self) -> str | None:
