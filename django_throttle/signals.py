@@ -17,6 +17,10 @@ from .store import reset_store
 # log-only rule (shadow=True), with the request, the rule's name and the Decision.
 request_throttled = Signal()
 
+# Sent when this process finds the store unavailable (available=False, error=...) and
+# when it reaches it again (available=True); once per change, not per request.
+store_state_changed = Signal()
+
 
 @receiver(post_save, sender=Rule, dispatch_uid="django_throttle.rule_saved")
 @receiver(post_delete, sender=Rule, dispatch_uid="django_throttle.rule_deleted")

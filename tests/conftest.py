@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -62,3 +63,12 @@ def redis_client(redis_server: RedisServer) -> Iterator[object]:
     client = redis_server.client()
     yield client
     client.close()
+
+
+@pytest.fixture
+def throttle_middleware(settings: Any) -> None:
+    """ThrottleMiddleware installed right after AuthenticationMiddleware, so user keys work."""
+    middleware = list(settings.MIDDLEWARE)
+    auth = middleware.index("django.contrib.auth.middleware.AuthenticationMiddleware")
+    middleware.insert(auth + 1, "django_throttle.middleware.ThrottleMiddleware")
+    settings.MIDDLEWARE = middleware

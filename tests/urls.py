@@ -21,4 +21,13 @@ urlpatterns = [
     path("class/", views.ClassView.as_view(), name="class"),
     path("failed-login/", views.failed_login, name="failed-login"),
     path("shop/", include(app_patterns)),
+    path("heavy/", views.heavy, name="heavy"),
+    path("api/orders/", views.orders, name="api-orders"),
 ]
+
+try:
+    from tests.drf_views import OrdersAPI
+except ImportError:  # DRF is optional; its test is skipped without it
+    pass
+else:
+    urlpatterns.append(path("drf/orders/", OrdersAPI.as_view(), name="drf-orders-page"))

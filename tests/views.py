@@ -7,7 +7,7 @@ from django.views import View
 from django_throttle import check, throttle
 
 
-def plain(request):
+def plain(request, **kwargs):
     return HttpResponse("plain")
 
 
@@ -46,3 +46,18 @@ class ClassView(View):
 def failed_login(request):
     decision = check(request, "failed-login")
     return JsonResponse({"allowed": decision.allowed, "remaining": decision.remaining})
+
+
+@throttle("heavy", rate="10/m", cost=lambda request: int(request.GET.get("n", "1")))
+def heavy(request):
+    return HttpResponse("heavy")
+
+
+@throttle("orders")
+def orders(request):
+    return HttpResponse("orders")
+
+
+def custom_rejection(request, decision):
+    """A REJECTION_VIEW: takes the request and the Decision."""
+    return HttpResponse(f"slow down ({decision.rule})", status=429, content_type="text/plain")
