@@ -1,0 +1,75 @@
+"""Rules for the engine tests, built directly (no database), and the racers of the concurrency
+test (here, so worker processes import no more than they need)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django_throttle.rules import CompiledRule, state_prefix
+
+US = 1_000_000
+HOUR = 3600
+
+ALGORITHMS = (
+    "fixed_window",
+    "sliding_window_log",
+    "sliding_window_counter",
+    "token_bucket",
+    "leaky_bucket",
+)
+BUCKETS = ("token_bucket", "leaky_bucket")
+
+
+def make_rule(
+    algorithm: str,
+    limit: int,
+    period: int = HOUR,
+    *,
+    burst: int | None = None,
+    action: str = "reject",
+    rule_id: int = 1,
+) -> CompiledRule:
+    """A compiled rule as the rule cache would build it; ``burst`` defaults to ``limit``."""
+    return CompiledRule(
+        id=rule_id,
+        name=f"rule-{rule_id}",
+        scope="*",
+        methods=None,
+        key_kind="ip",
+        key_arg="",
+        key_function=None,
+        limit=limit,
+        period=period,
+        algorithm=algorithm,
+        burst=limit if burst is None else burst,
+        action=action,
+        fail_mode="default",
+        state_prefix=state_prefix(str(rule_id), algorithm),
+    )
+
+
+# -- the concurrency test's worker processes ----------------------------------
+
+_barrier: Any = None
+
+
+def start_racer(barrier: Any) -> None:
+    """Pool initializer: keep the barrier every race of this worker starts from."""
+    global _barrier
+    _barrier = barrier
+
+
+def race(url: str, rule: CompiledRule, identity: str, attempts: int) -> int:
+    """With a client of its own, wait for every racer, then decide ``attempts`` requests."""
+    import redis
+
+    from django_throttle.store import Check, RedisStore
+
+    client = redis.Redis.from_url(url)
+    try:
+        store = RedisStore(client)
+        store.decide([Check(rule, "warm-up")], dry_run=True)  # connected, script loaded
+        _barrier.wait(timeout=60)
+        return sum(store.decide([Check(rule, identity)])[0].allowed for _ in range(attempts))
+    finally:
+        client.close()
