@@ -8,7 +8,8 @@ from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from .models import Rule
+from .dashboard import DashboardAdmin, inspect_key
+from .models import Dashboard, Rule
 
 
 @admin.register(Rule)
@@ -17,7 +18,7 @@ class RuleAdmin(admin.ModelAdmin):
     list_display_links = ("name",)
     list_filter = ("algorithm", "key_kind", "enabled", "action")
     search_fields = ("name", "scope")
-    actions = ("enable_rules", "disable_rules")
+    actions = ("enable_rules", "disable_rules", inspect_key)
     readonly_fields = ("created_at", "updated_at")
     fieldsets = (
         (None, {"fields": ("name", "enabled")}),
@@ -56,3 +57,6 @@ class RuleAdmin(admin.ModelAdmin):
     @admin.action(description=_("Disable selected rules"), permissions=["change"])
     def disable_rules(self, request: HttpRequest, queryset: QuerySet[Rule]) -> None:
         self._set_enabled(request, queryset, False)
+
+
+admin.site.register(Dashboard, DashboardAdmin)

@@ -309,3 +309,49 @@ def _key_arg_missing(kind: str) -> str:
         KeyKind.PARAM: _("Name the query or form parameter to key on, e.g. api_key."),
         KeyKind.CUSTOM: _("Name the key function to use, as registered in KEY_FUNCTIONS."),
     }[kind]
+
+
+# -- the rejection log -----------------------------------------------------------------
+
+
+class RejectionAction(models.TextChoices):
+    REJECT = "reject", _("rejected (429)")
+    UNAVAILABLE = "unavailable", _("store down, failed closed (503)")
+    SHADOW = "shadow", _("would reject (log-only rule)")
+
+
+class Rejection(models.Model):
+    """Rejections of one client under one rule in one minute, counted in bulk (see recording)."""
+
+    rule = models.CharField(_("rule"), max_length=100)
+    key = models.CharField(_("key digest"), max_length=16)  # digest(identity), as the store keys it
+    display = models.CharField(_("client"), max_length=100)  # readable and truncated
+    action = models.CharField(_("action"), max_length=12, choices=RejectionAction.choices)
+    minute = models.DateTimeField(_("minute"))
+    count = models.PositiveBigIntegerField(_("count"), default=0)
+
+    class Meta:
+        verbose_name = _("rejection")
+        verbose_name_plural = _("rejections")
+        default_permissions = ()  # seen through the dashboard, whose permission is its own
+        constraints = [
+            models.UniqueConstraint(
+                fields=["rule", "key", "action", "minute"], name="django_throttle_rejection_once"
+            )
+        ]
+        indexes = [models.Index(fields=["minute"], name="django_throttle_rej_minute")]
+
+    def __str__(self) -> str:
+        return (
+            f"{self.rule} {self.display} {self.action} {self.minute:%Y-%m-%d %H:%M}: {self.count}"
+        )
+
+
+class Dashboard(Rejection):
+    """The admin dashboard's entry (/admin/django_throttle/dashboard/) and its permission."""
+
+    class Meta:
+        proxy = True
+        verbose_name = _("dashboard")
+        verbose_name_plural = _("dashboard")
+        default_permissions = ("view",)

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from asgiref.sync import sync_to_async
 
+from . import recording
 from .decision import ALLOWED, Decision, from_results, unavailable
 from .keys import identity
 from .rules import CompiledRule, RuleSet, get_rules
@@ -122,6 +123,8 @@ def record(request: Any, decision: Decision) -> None:
 def announce(request: Any, decision: Decision) -> None:
     """Send request_throttled for a rejection and for each shadow rule's would-be rejection."""
     from .signals import request_throttled
+
+    recording.note(request, decision)  # counts rejections for the dashboard; free when admitted
 
     if not decision.allowed and decision.rule is not None:
         request_throttled.send(

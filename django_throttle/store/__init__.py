@@ -39,7 +39,10 @@ def get_store() -> Store:
 
 
 def reset_store() -> None:
-    """Build the store anew at next use (the settings changed)."""
+    """Build the store anew at next use, with a closed breaker and an empty fallback."""
+    from .fallback import reset_fallback
+
     global _store
     with _lock:
         _store = None
+    reset_fallback()

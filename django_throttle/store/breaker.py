@@ -28,6 +28,11 @@ class Breaker:
         self.state = CLOSED
         self._open_until = 0.0
 
+    def reset(self) -> None:
+        with self._lock:
+            self.state = CLOSED
+            self._open_until = 0.0
+
     def allow(self) -> bool:
         """Whether this request may call the store (the hot path: one attribute read)."""
         if self.state == CLOSED:

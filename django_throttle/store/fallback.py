@@ -1,10 +1,14 @@
-"""Store errors never become 500s: fail-open rules fall back to this process's memory,
-fail-closed rules are reported unavailable (the caller answers 503)."""
+"""Store errors never become 500s.
+
+A circuit breaker keeps requests from waiting on a store that just failed; while
+it is open, fail-open rules are enforced per process by an in-memory store (the
+local fallback, unless LOCAL_FALLBACK is off) and fail-closed rules are
+reported unavailable, which the caller answers with 503.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -15,20 +19,18 @@ from redis.exceptions import RedisError
 from ..conf import conf
 from ..rules import CompiledRule
 from .base import Check, Result, Store
+from .breaker import Breaker
 from .memory import MemoryStore
 
-logger = logging.getLogger("django_throttle")
-
-# Everything a Redis call can raise when the server is down, slow, full, read-only,
-# loading, or answers a script error: redis-py wraps all of these in RedisError,
-# apart from socket-level OSErrors.
+# Everything a Redis call raises when the server is down, hung, full, read-only,
+# loading, or answers a script error: redis-py wraps these in RedisError, apart from
+# socket-level OSErrors.
 STORE_ERRORS: tuple[type[BaseException], ...] = (RedisError, OSError)
-RETRY_AFTER_UNAVAILABLE = 1.0
 
 
 @dataclass(frozen=True, slots=True)
 class StoreUnavailable:
-    """The store failed; ``results`` are the local fallback's for the fail-open rules."""
+    """The store was not used; ``results`` are the local fallback's for the fail-open rules."""
 
     results: list[Result] | None
     retry_after: float
@@ -39,36 +41,30 @@ def fails_closed(rule: CompiledRule) -> bool:
     return mode == "closed" or (mode == "default" and not conf.FAIL_OPEN)
 
 
-_fallback = MemoryStore()
-_outage = False
+breaker = Breaker(lambda: conf.BREAKER_INTERVAL)
+local_fallback = MemoryStore()
 
 
-def _failed(exc: BaseException, checks: Sequence[Check], dry_run: bool) -> StoreUnavailable:
-    global _outage
-    if not _outage:
-        _outage = True
-        logger.error("django_throttle: the store is unavailable (%r); applying fail modes", exc)
-    open_checks = [c for c in checks if not fails_closed(c.rule)]
-    results = _fallback.decide(open_checks, dry_run) if open_checks else None
-    return StoreUnavailable(results, RETRY_AFTER_UNAVAILABLE)
-
-
-def _succeeded() -> None:
-    global _outage
-    if _outage:
-        _outage = False
-        logger.warning("django_throttle: the store is reachable again")
+def _unavailable(checks: Sequence[Check], dry_run: bool) -> StoreUnavailable:
+    results = None
+    if conf.LOCAL_FALLBACK:
+        open_checks = [c for c in checks if not fails_closed(c.rule)]
+        if open_checks:
+            results = local_fallback.decide(open_checks, dry_run)
+    return StoreUnavailable(results, breaker.retry_after)
 
 
 def decide_guarded(
     get_store: Callable[[], Store], checks: Sequence[Check], dry_run: bool
 ) -> list[Result] | StoreUnavailable:
+    if not breaker.allow():
+        return _unavailable(checks, dry_run)
     try:
         results = get_store().decide(checks, dry_run)
     except STORE_ERRORS as exc:
-        return _failed(exc, checks, dry_run)
-    if _outage:
-        _succeeded()
+        breaker.failed(exc)
+        return _unavailable(checks, dry_run)
+    breaker.succeeded()
     return results
 
 
@@ -89,8 +85,11 @@ def _async_store() -> Any:
     return store
 
 
-def reset_async_stores() -> None:
+def reset_fallback() -> None:
+    """Forget async clients, the breaker's state and the local fallback's counters."""
     _async_stores.clear()
+    breaker.reset()
+    local_fallback.clear()
 
 
 async def adecide_guarded(
@@ -100,10 +99,12 @@ async def adecide_guarded(
         from . import get_store
 
         return decide_guarded(get_store, checks, dry_run)
+    if not breaker.allow():
+        return _unavailable(checks, dry_run)
     try:
         results = await _async_store().decide(checks, dry_run)
     except STORE_ERRORS as exc:
-        return _failed(exc, checks, dry_run)
-    if _outage:
-        _succeeded()
+        breaker.failed(exc)
+        return _unavailable(checks, dry_run)
+    breaker.succeeded()
     return results

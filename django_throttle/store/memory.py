@@ -52,6 +52,10 @@ class MemoryStore:
     def __len__(self) -> int:
         return len(self._state)
 
+    def clear(self) -> None:
+        with self._lock:
+            self._state.clear()
+
     # -- the store interface ------------------------------------------------
 
     def decide(self, checks: Sequence[Check], dry_run: bool = False) -> list[Result]:

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
+from ..conf import conf
 from ..rules import ALGORITHM_CODES, CompiledRule
 from .base import Check, Result, state_key
 
@@ -27,9 +28,7 @@ class RedisStore:
 
     @classmethod
     def from_cache(cls, alias: str) -> RedisStore:
-        from django_redis import get_redis_connection
-
-        return cls(get_redis_connection(alias))
+        return cls(client_from_cache(alias))
 
     def decide(self, checks: Sequence[Check], dry_run: bool = False) -> list[Result]:
         if not checks:
@@ -62,10 +61,45 @@ class AsyncRedisStore:
         await self.client.delete(state_key(rule, identity))
 
 
+def client_from_cache(alias: str) -> Any:
+    """A client for the server of a django-redis cache, with the decision timeouts.
+
+    A throttling call must not inherit a cache's timeouts (often seconds, or none)
+    or redis-py's retries with backoff: a hung server would stall every request.
+    The connection settings (host, port, db, password, TLS...) are the cache's own.
+    """
+    from django_redis import get_redis_connection
+    from redis import ConnectionPool, Redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    base = get_redis_connection(alias)
+    pool = base.connection_pool
+    if type(pool) is not ConnectionPool:
+        return base  # Sentinel and other pools: used as django-redis built them
+    kwargs = dict(pool.connection_kwargs)
+    kwargs.update(
+        socket_timeout=conf.TIMEOUT,
+        socket_connect_timeout=conf.CONNECT_TIMEOUT,
+        retry=Retry(NoBackoff(), 0),
+    )
+    kwargs.pop("retry_on_timeout", None)
+    return Redis(
+        connection_pool=ConnectionPool(
+            connection_class=pool.connection_class,
+            max_connections=pool.max_connections,
+            **kwargs,
+        )
+    )
+
+
 def async_client_from_cache(alias: str) -> Any:
-    """A redis.asyncio client for the server of a django-redis cache, with its options."""
+    """A redis.asyncio client for the server of a django-redis cache, with its options and
+    the decision timeouts."""
     import redis.asyncio
     from django.conf import settings
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
 
     config = settings.CACHES[alias]
     location = config["LOCATION"]
@@ -75,10 +109,11 @@ def async_client_from_cache(alias: str) -> Any:
     kwargs: dict[str, Any] = dict(options.get("CONNECTION_POOL_KWARGS", {}))
     if options.get("PASSWORD"):
         kwargs["password"] = options["PASSWORD"]
-    if options.get("SOCKET_TIMEOUT") is not None:
-        kwargs["socket_timeout"] = options["SOCKET_TIMEOUT"]
-    if options.get("SOCKET_CONNECT_TIMEOUT") is not None:
-        kwargs["socket_connect_timeout"] = options["SOCKET_CONNECT_TIMEOUT"]
+    kwargs.update(
+        socket_timeout=conf.TIMEOUT,
+        socket_connect_timeout=conf.CONNECT_TIMEOUT,
+        retry=Retry(NoBackoff(), 0),
+    )
     return redis.asyncio.Redis.from_url(location, **kwargs)
 
 

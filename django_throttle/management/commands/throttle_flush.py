@@ -1,0 +1,17 @@
+"""Persist the rejection counts buffered in this process now, and prune if due."""
+
+from django.core.management.base import BaseCommand
+
+from django_throttle.recording import flush
+
+
+class Command(BaseCommand):
+    help = (
+        "Persist the rejection counts buffered in this process now (each process also does it "
+        "every FLUSH_INTERVAL seconds and at exit); useful from scripts that ran requests "
+        "in-process, through call_command."
+    )
+
+    def handle(self, *args, **options):
+        written = flush()
+        self.stdout.write(f"Flushed {written} rejection row(s).")

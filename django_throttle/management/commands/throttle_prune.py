@@ -1,0 +1,20 @@
+"""Delete rejection counts older than RETENTION_DAYS (or --days)."""
+
+from django.core.management.base import BaseCommand
+
+from django_throttle.conf import conf
+from django_throttle.recording import prune
+
+
+class Command(BaseCommand):
+    help = "Delete rejection counts older than DJANGO_THROTTLE['RETENTION_DAYS'] days."
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--days", type=int, default=None, help="Keep this many days instead of RETENTION_DAYS."
+        )
+
+    def handle(self, *args, days, **options):
+        days = conf.RETENTION_DAYS if days is None else days
+        deleted = prune(days)
+        self.stdout.write(f"Deleted {deleted} rejection row(s) older than {days} days.")

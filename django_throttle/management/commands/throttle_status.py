@@ -1,0 +1,31 @@
+"""Show the state of one client key under every rule of a scope, without consuming."""
+
+from datetime import datetime, timezone
+
+from django.core.management.base import BaseCommand, CommandError
+
+from django_throttle.api import _rules_of
+from django_throttle.store import Check, get_store
+
+
+class Command(BaseCommand):
+    help = "Show the state of a client key (ip:203.0.113.7, user:42, global) under a scope's rules."
+
+    def add_arguments(self, parser):
+        parser.add_argument("scope", help="The rules' scope, e.g. login or /api/.")
+        parser.add_argument("key", help="The client key, as the dashboard shows it.")
+
+    def handle(self, *args, scope, key, **options):
+        rules = _rules_of(scope)
+        if not rules:
+            raise CommandError(f"No rule of scope {scope!r} is enabled (nor a code default).")
+        results = get_store().decide([Check(rule, key) for rule in rules], dry_run=True)
+        for result in results:
+            reset = datetime.fromtimestamp(result.reset_at, tz=timezone.utc)
+            line = (
+                f"{result.rule.name}: {result.remaining} of {result.limit} remaining, "
+                f"resets {reset:%Y-%m-%d %H:%M:%S} UTC"
+            )
+            if not result.allowed:
+                line += f", next request rejected (retry in {result.retry_after:.0f} s)"
+            self.stdout.write(line)
