@@ -7,6 +7,7 @@ throttle class, in a sync and an async flavour.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
@@ -67,7 +68,7 @@ def gather(
         try:
             who = identity(rule, request, memo)
         except Exception:
-            logger.exception("django_throttle: the key of rule %r could not be computed", rule.name)
+            _log_key_error(rule)
             if fails_closed(rule):
                 return [], unavailable(rule, rule.period)
             continue
@@ -86,6 +87,21 @@ async def agather(
     """gather() for async callers: refreshing the rules and working out keys (request.user, a
     key function) may query the database, which Django forbids inside the event loop."""
     return await sync_to_async(gather)(request, specs, paths=paths, url_name=url_name)
+
+
+KEY_ERROR_LOG_EVERY = 60.0  # seconds: a broken key function is logged, not once per request
+_key_errors_logged: dict[int, float] = {}
+
+
+def _log_key_error(rule: CompiledRule) -> None:
+    now = time.monotonic()
+    if now - _key_errors_logged.get(rule.id, -KEY_ERROR_LOG_EVERY) >= KEY_ERROR_LOG_EVERY:
+        _key_errors_logged[rule.id] = now
+        logger.exception(
+            "django_throttle: the key of rule %r could not be computed; its fail mode applies "
+            "(logged at most once a minute)",
+            rule.name,
+        )
 
 
 def _summarize(checks: Sequence[Check], outcome: Any) -> Decision:
