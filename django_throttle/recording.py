@@ -144,15 +144,20 @@ class RejectionLog:
         thread.start()
 
     def _run(self, stop: threading.Event) -> None:
+        me = threading.current_thread()
         try:
-            while not stop.wait(conf.FLUSH_INTERVAL):
+            while not stop.wait(conf.FLUSH_INTERVAL):  # set by discard(), which forgets us
                 self.flush()
                 with self._lock:
-                    if stop.is_set() or not self._counts:
-                        if self._thread is threading.current_thread():
+                    # Decided under the lock: add() starts a new thread once this one is gone.
+                    if not self._counts:
+                        if self._thread is me:
                             self._thread = None
                         return
         finally:
+            with self._lock:
+                if self._thread is me:  # ended by an unexpected error: the next add() restarts
+                    self._thread = None
             connections.close_all()  # this thread's own connections
 
     def _after_fork(self) -> None:
@@ -280,7 +285,11 @@ def _identity(rule: CompiledRule | None, request: Any, memo: dict[str, str | Non
 
 
 def _rule_named(name: str) -> CompiledRule | None:
-    for rule in get_rules().rules:
+    try:
+        rules = get_rules().rules  # refreshed moments ago by the decision: no query
+    except Exception:  # e.g. due for a reload inside an event loop: count the client as unknown
+        return None
+    for rule in rules:
         if rule.name == name:
             return rule
     from .decorators import code_defaults

@@ -40,6 +40,11 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[zipfile.ZipFile]
         "django_throttle/migrations/0001_initial.py",
         "django_throttle/templates/django_throttle/429.html",
         "django_throttle/static/django_throttle/admin.css",
+        "django_throttle/static/django_throttle/dashboard.css",
+        "django_throttle/templates/admin/django_throttle/dashboard.html",
+        "django_throttle/templates/admin/django_throttle/dashboard_key.html",
+        "django_throttle/templates/admin/django_throttle/rule/change_list.html",
+        "django_throttle/migrations/0002_rejection_dashboard.py",
         "django_throttle/py.typed",
     ],
 )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,19 +70,32 @@ def decide_guarded(
 
 # -- async: a native asyncio Redis client per event loop ------------------------
 
-_async_stores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
+_async_stores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[Any, Any]] = (
     weakref.WeakKeyDictionary()
 )
 
 
-def _async_store() -> Any:
+async def _close_with_loop(store: Any) -> AsyncIterator[None]:
+    # An async generator left suspended is closed by the loop's shutdown_asyncgens()
+    # (asyncio.run, and so asgiref's async_to_sync, call it before closing the loop), so
+    # a short-lived loop, as async views under WSGI get, does not leak its connections.
+    try:
+        yield
+    finally:
+        await store.client.aclose()
+
+
+async def _async_store() -> Any:
     from .redis import AsyncRedisStore
 
     loop = asyncio.get_running_loop()
-    store = _async_stores.get(loop)
-    if store is None:
-        store = _async_stores[loop] = AsyncRedisStore.from_cache(conf.CACHE)
-    return store
+    entry = _async_stores.get(loop)
+    if entry is None:
+        store = AsyncRedisStore.from_cache(conf.CACHE)
+        closer = _close_with_loop(store)
+        await closer.__anext__()
+        entry = _async_stores[loop] = (store, closer)
+    return entry[0]
 
 
 def reset_fallback() -> None:
@@ -102,7 +115,7 @@ async def adecide_guarded(
     if not breaker.allow():
         return _unavailable(checks, dry_run)
     try:
-        results = await _async_store().decide(checks, dry_run)
+        results = await (await _async_store()).decide(checks, dry_run)
     except STORE_ERRORS as exc:
         breaker.failed(exc)
         return _unavailable(checks, dry_run)

@@ -54,5 +54,9 @@ class Command(BaseCommand):
         host = addrport.rsplit(":", 1)[0] if ":" in addrport else "127.0.0.1"
         port = addrport.rsplit(":", 1)[-1]
         self.stdout.write(f"Admin: http://{host}:{port}/admin/django_throttle/rule/")
+        self.stdout.write(
+            f"Dashboard: http://{host}:{port}/admin/django_throttle/dashboard/ "
+            "(fill it with: python manage.py demo_traffic)"
+        )
         if not no_server:
             call_command("runserver", addrport)

@@ -1,0 +1,32 @@
+"""Small helpers shared by the enforcement tests."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from asgiref.sync import async_to_sync
+
+from django_throttle.models import Rule
+
+
+def rule(name: str, scope: str, limit: int, **fields: Any) -> Rule:
+    """An enabled admin rule (defaults: per ip, per minute, sliding window counter, reject)."""
+    return Rule.objects.create(name=name, scope=scope, limit=limit, **fields)
+
+
+def statuses(client: Any, path: str, times: int, method: str = "get", **extra: Any) -> list[int]:
+    """The status codes of `times` identical requests."""
+    return [getattr(client, method)(path, **extra).status_code for _ in range(times)]
+
+
+def run(make_coroutine: Callable[[], Awaitable[Any]]) -> Any:
+    """Run an async test body in a fresh event loop, as an async view under WSGI runs;
+    Django's sync_to_async calls come back to this thread, so the test database (one
+    connection per thread) is the same. The loop's Redis client must be closed with the
+    loop by django_throttle itself: an unclosed socket would warn (an error here)."""
+
+    async def body() -> Any:
+        return await make_coroutine()
+
+    return async_to_sync(body)()
