@@ -264,17 +264,16 @@ def _note(request: Any, decision: Decision) -> None:
         for result in decision.results:
             rule = result.rule
             if rule.name == decision.rule and not result.allowed and rule.action != "log":
-                rejection_log.add(rule.name, _identity(rule, request, memo), REJECT)
+                rejection_log.add(rule.name, result.identity, REJECT)
                 break
     for result in decision.results:
         if not result.allowed and result.rule.action == "log":
-            rule = result.rule
-            rejection_log.add(rule.name, _identity(rule, request, memo), SHADOW)
+            rejection_log.add(result.rule.name, result.identity, SHADOW)
 
 
 def _identity(rule: CompiledRule | None, request: Any, memo: dict[str, str | None]) -> str:
-    # Worked out again from the request (the decision does not carry it): cheap for every
-    # built-in key, and only ever done for rejected requests.
+    # Only for a fail-closed 503, which has no store result: worked out again from the
+    # request.
     if rule is None:
         return UNKNOWN_IDENTITY
     try:

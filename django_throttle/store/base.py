@@ -45,6 +45,7 @@ class Result:
     """The outcome of one check. Times are seconds; ``reset_at`` is a Unix timestamp."""
 
     rule: CompiledRule
+    identity: str
     allowed: bool
     limit: int
     remaining: int

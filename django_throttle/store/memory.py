@@ -79,6 +79,7 @@ class MemoryStore:
                 results.append(
                     Result(
                         rule=check.rule,
+                        identity=check.identity,
                         allowed=ok,
                         limit=check.rule.limit,
                         remaining=rem_after if commit and ok else rem_now,

@@ -148,6 +148,7 @@ def parse_reply(checks: Sequence[Check], reply: Sequence[int]) -> list[Result]:
         results.append(
             Result(
                 rule=check.rule,
+                identity=check.identity,
                 allowed=allowed == 1,
                 limit=check.rule.limit,
                 remaining=remaining,
