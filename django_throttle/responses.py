@@ -65,6 +65,9 @@ def rejected(request: HttpRequest, decision: Decision) -> HttpResponse:
     response[RETRY_AFTER] = str(retry_after_seconds(decision))
     if not decision.unavailable:
         add_headers(response, decision)
+    # Rejections are expected and recorded on the dashboard; without this, Django's request
+    # logger would write each 429 as a warning and each 503 as an error (mailed to ADMINS).
+    response._has_been_logged = True
     return response
 
 

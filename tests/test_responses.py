@@ -176,3 +176,14 @@ def test_rejection_view_setting(client: Any, settings: Any) -> None:
     assert response.content == b"slow down (api)"
     assert int(response["Retry-After"]) >= 1
     assert response["X-RateLimit-Remaining"] == "0"
+
+
+@MW
+def test_rejections_are_not_logged_by_djangos_request_logger(client: Any, caplog: Any) -> None:
+    # A flood of 429s must not become a flood of warnings (or of ERROR mails for 503s).
+    rule("plain page", "plain", 1, unit="hour")
+    with caplog.at_level("WARNING", logger="django.request"):
+        assert [client.get("/plain/").status_code for _ in range(3)] == [200, 429, 429]
+        assert client.get("/missing-page/").status_code == 404
+    logged = [r.getMessage() for r in caplog.records if r.name == "django.request"]
+    assert logged == ["Not Found: /missing-page/"]
