@@ -1,6 +1,7 @@
 """Settings for the test suite. The Redis URL is filled in by the harness (tests/redis_server.py)."""
 
 import os
+import tempfile
 
 SECRET_KEY = "tests-only"
 DEBUG = False
@@ -52,7 +53,17 @@ if os.environ.get("THROTTLE_TEST_DB") == "postgres":
         }
     }
 else:
-    DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+    # A file, not ":memory:": Django never closes in-memory connections (closing would drop
+    # the database), so threads that query (the rejection flusher) would leak theirs.
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": ":memory:",
+            "TEST": {
+                "NAME": os.path.join(tempfile.gettempdir(), f"throttle-tests-{os.getpid()}.sqlite3")
+            },
+        }
+    }
 
 CACHES = {
     "default": {
