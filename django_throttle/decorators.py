@@ -17,6 +17,7 @@ from .rates import parse_rate
 from .responses import add_headers, rejected
 from .rules import CompiledRule, RuleSet, state_prefix
 from .throttling import (
+    SEEN_ATTR,
     SPECS_ATTR,
     adecide,
     agather,
@@ -172,7 +173,8 @@ def throttle(
 
 
 def _with_headers(request: Any, response: Any) -> Any:
-    if conf.HEADERS and hasattr(response, "__setitem__"):
+    # With the middleware installed, it writes the headers once, for every decision made.
+    if conf.HEADERS and not getattr(request, SEEN_ATTR, False) and hasattr(response, "__setitem__"):
         decision = for_headers(request)
         if decision is not None:
             add_headers(response, decision)

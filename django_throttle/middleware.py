@@ -13,6 +13,7 @@ from .conf import conf
 from .decision import Decision
 from .responses import add_headers, rejected
 from .throttling import (
+    SEEN_ATTR,
     SPECS_ATTR,
     adecide,
     agather,
@@ -23,8 +24,6 @@ from .throttling import (
     pending_specs,
     record,
 )
-
-SEEN_ATTR = "_throttle_seen"  # set once process_view has decided this request
 
 
 def view_specs(view_func: Any) -> list[Any]:

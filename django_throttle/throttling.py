@@ -25,6 +25,7 @@ logger = logging.getLogger("django_throttle")
 # Attributes on the request: the scope specs already decided (so nothing is counted
 # twice), and every decision made for it (the headers show the most constrained).
 SPECS_ATTR = "_throttle_specs"  # on a decorated view: its scope specs, outermost first
+SEEN_ATTR = "_throttle_seen"  # set by the middleware, which then writes the headers itself
 DONE_ATTR = "_throttle_done"
 DECISIONS_ATTR = "_throttle_decisions"
 
