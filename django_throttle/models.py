@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import warnings
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -292,8 +293,12 @@ def scope_problem(scope: str) -> str | None:
         return None
     if scope.startswith("^"):
         try:
-            re.compile(scope)
-        except re.error as exc:
+            with warnings.catch_warnings():
+                # "Possible nested set" and the like: a pattern whose meaning Python will
+                # change is refused, rather than raised from the admin under -W error.
+                warnings.simplefilter("error")
+                re.compile(scope)
+        except (re.error, Warning) as exc:
             return str(_("Invalid regular expression: %(err)s.") % {"err": exc})
         return None
     if not _SCOPE_NAME_RE.match(scope):

@@ -175,11 +175,19 @@ class RedisVersion:
         self.key = f"{conf.KEY_PREFIX}:rules:version"
 
     def _client(self) -> Any:
-        from django_redis import get_redis_connection
+        # The store's client, with the decision timeouts rather than the cache's (seconds, or
+        # none): a hung server must not hold a request at every refresh.
+        from .store import get_store
 
-        return get_redis_connection(conf.CACHE)
+        return get_store().client  # type: ignore[attr-defined]
 
     def read(self) -> Any:
+        from redis.exceptions import ConnectionError
+
+        from .store.fallback import breaker
+
+        if breaker.is_open():  # the store failed moments ago: keep the rules, don't wait on it
+            raise ConnectionError("the store is unavailable (circuit breaker open)")
         return self._client().get(self.key)
 
     def bump(self) -> None:

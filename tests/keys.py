@@ -3,3 +3,7 @@
 
 def tenant(request):
     return request.headers.get("X-Tenant") or None
+
+
+def broken(request):
+    raise RuntimeError("this key function always fails")

@@ -44,5 +44,8 @@ def reset_store() -> None:
 
     global _store
     with _lock:
-        _store = None
+        old, _store = _store, None
+    close = getattr(old, "close", None)
+    if close is not None:
+        close()
     reset_fallback()

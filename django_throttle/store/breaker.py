@@ -43,6 +43,10 @@ class Breaker:
                 return True
             return False
 
+    def is_open(self) -> bool:
+        """Whether the store failed less than the interval ago (without taking the probe)."""
+        return self.state != CLOSED and self._clock() < self._open_until
+
     @property
     def retry_after(self) -> float:
         """Seconds until the store is tried again (at least 1, for Retry-After)."""

@@ -20,15 +20,22 @@ def load_lua(name: str) -> str:
 class RedisStore:
     """Decisions in Redis. The client comes from django-redis, so Redis is configured in CACHES."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, owns_pool: bool = False) -> None:
         self.client = client
+        self.owns_pool = owns_pool
         # register_script runs EVALSHA and reloads the script by itself on NOSCRIPT
         # (after SCRIPT FLUSH or a restart of the server).
         self._decide = client.register_script(_DECIDE_SOURCE)
 
     @classmethod
     def from_cache(cls, alias: str) -> RedisStore:
-        return cls(client_from_cache(alias))
+        client, owned = client_from_cache(alias)
+        return cls(client, owns_pool=owned)
+
+    def close(self) -> None:
+        """Close the connections of a pool this store made (never django-redis's own)."""
+        if self.owns_pool:
+            self.client.connection_pool.disconnect()
 
     def decide(self, checks: Sequence[Check], dry_run: bool = False) -> list[Result]:
         if not checks:
@@ -61,7 +68,7 @@ class AsyncRedisStore:
         await self.client.delete(state_key(rule, identity))
 
 
-def client_from_cache(alias: str) -> Any:
+def client_from_cache(alias: str) -> tuple[Any, bool]:
     """A client for the server of a django-redis cache, with the decision timeouts.
 
     A throttling call must not inherit a cache's timeouts (often seconds, or none)
@@ -76,7 +83,7 @@ def client_from_cache(alias: str) -> Any:
     base = get_redis_connection(alias)
     pool = base.connection_pool
     if type(pool) is not ConnectionPool:
-        return base  # Sentinel and other pools: used as django-redis built them
+        return base, False  # Sentinel and other pools: used as django-redis built them
     kwargs = dict(pool.connection_kwargs)
     kwargs.update(
         socket_timeout=conf.TIMEOUT,
@@ -84,13 +91,14 @@ def client_from_cache(alias: str) -> Any:
         retry=Retry(NoBackoff(), 0),
     )
     kwargs.pop("retry_on_timeout", None)
-    return Redis(
+    client = Redis(
         connection_pool=ConnectionPool(
             connection_class=pool.connection_class,
             max_connections=pool.max_connections,
             **kwargs,
         )
     )
+    return client, True
 
 
 def async_client_from_cache(alias: str) -> Any:

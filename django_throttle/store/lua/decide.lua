@@ -84,7 +84,8 @@ local function sliding_window_log(key, limit, period, burst, cost)
     local stamp = string.format('%d', now)
     local seq = redis.call('ZCOUNT', key, stamp, stamp)
     return true, limit - count - cost, limit - count, period, 0, 0, function()
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', floor))
+      -- ZADD before the trim: Redis lets a script that has written go on past
+      -- maxmemory, and ZREMRANGEBYSCORE is a write that OOM does not refuse.
       -- ZADD in chunks: unpack() of a huge table would overflow Lua's C stack.
       local args = {}
       for i = 0, cost - 1 do
@@ -95,6 +96,7 @@ local function sliding_window_log(key, limit, period, burst, cost)
           args = {}
         end
       end
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', floor))
       -- The newest entry is now, unless the server's clock stepped back.
       local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
       redis.call('PEXPIRE', key, px(tonumber(newest[2]) - now + period))
