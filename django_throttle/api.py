@@ -7,14 +7,13 @@ from typing import Any
 from asgiref.sync import sync_to_async
 
 from .decision import Decision
+from .keys import identity
 from .rules import CompiledRule, get_rules
 from .store import Check, get_store
 from .throttling import adecide, announce, decide
 
 
 def _checks(request: Any, scope: str, cost: int) -> list[Check]:
-    from .keys import identity
-
     memo: dict[str, str | None] = {}
     checks = []
     for rule in get_rules().for_scope(scope, request.method or "GET"):

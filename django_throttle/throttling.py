@@ -17,6 +17,7 @@ from . import recording
 from .decision import ALLOWED, Decision, from_results, unavailable
 from .keys import identity
 from .rules import CompiledRule, RuleSet, get_rules
+from .signals import request_throttled
 from .store import Check, get_store
 from .store.fallback import StoreUnavailable, adecide_guarded, decide_guarded, fails_closed
 
@@ -139,8 +140,6 @@ def record(request: Any, decision: Decision) -> None:
 
 def announce(request: Any, decision: Decision) -> None:
     """Send request_throttled for a rejection and for each shadow rule's would-be rejection."""
-    from .signals import request_throttled
-
     recording.note(request, decision)  # counts rejections for the dashboard; free when admitted
 
     if not decision.allowed and decision.rule is not None:

@@ -18,6 +18,7 @@ from redis.exceptions import RedisError
 
 from ..conf import conf
 from ..rules import CompiledRule
+from . import get_store
 from .base import Check, Result, Store
 from .breaker import Breaker
 from .memory import MemoryStore
@@ -55,12 +56,12 @@ def _unavailable(checks: Sequence[Check], dry_run: bool) -> StoreUnavailable:
 
 
 def decide_guarded(
-    get_store: Callable[[], Store], checks: Sequence[Check], dry_run: bool
+    store_of: Callable[[], Store], checks: Sequence[Check], dry_run: bool
 ) -> list[Result] | StoreUnavailable:
     if not breaker.allow():
         return _unavailable(checks, dry_run)
     try:
-        results = get_store().decide(checks, dry_run)
+        results = store_of().decide(checks, dry_run)
     except STORE_ERRORS as exc:
         breaker.failed(exc)
         return _unavailable(checks, dry_run)
@@ -109,8 +110,6 @@ async def adecide_guarded(
     checks: Sequence[Check], dry_run: bool
 ) -> list[Result] | StoreUnavailable:
     if not conf.uses_redis:
-        from . import get_store
-
         return decide_guarded(get_store, checks, dry_run)
     if not breaker.allow():
         return _unavailable(checks, dry_run)
