@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from django_throttle.store import Check, MemoryStore, RedisStore, Result, admitted, state_key
+from django_throttle.store.redis import DECIDE_SHA
 from tests.engine_helpers import ALGORITHMS, BUCKETS, HOUR, US, make_rule
 
 CLIENT = "ip:203.0.113.7"
@@ -471,9 +472,9 @@ def test_script_is_reloaded_after_script_flush(redis_store, redis_client):
     rule = make_rule("token_bucket", limit=10)
     assert store.decide([Check(rule, CLIENT)])[0].remaining == 9
     redis_client.script_flush()
-    assert redis_client.script_exists(store._decide.sha) == [False]
+    assert redis_client.script_exists(DECIDE_SHA) == [False]
     assert store.decide([Check(rule, CLIENT)])[0].remaining == 8
-    assert redis_client.script_exists(store._decide.sha) == [True]
+    assert redis_client.script_exists(DECIDE_SHA) == [True]
 
 
 def test_decides_after_a_redis_restart(redis_server, redis_store):

@@ -17,6 +17,7 @@ from redis.exceptions import BusyLoadingError, OutOfMemoryError, ReadOnlyError
 from django_throttle.rules import CompiledRule, get_rules
 from django_throttle.signals import store_state_changed
 from django_throttle.store import Check, RedisStore, state_key
+from django_throttle.store.redis import DECIDE_SHA
 from tests.helpers import rule, run
 from tests.redis_server import RedisServer
 
@@ -397,7 +398,7 @@ def test_restart_loses_state_and_reloads_the_script(
     configure()
     three_rules()
     assert [client.get(OPEN).status_code for _ in range(2)] == [200, 200]
-    script_sha = RedisStore(redis_client)._decide.sha
+    script_sha = DECIDE_SHA
     redis_server.restart()
     with closing(redis_server.client()) as fresh:
         assert fresh.dbsize() == 0
@@ -415,7 +416,7 @@ def test_script_flush_reloads_the_script_without_fallback(
     configure()
     three_rules()
     assert [client.get(OPEN).status_code for _ in range(2)] == [200, 200]
-    script_sha = RedisStore(redis_client)._decide.sha
+    script_sha = DECIDE_SHA
     redis_client.script_flush()
     assert redis_client.script_exists(script_sha) == [False]
     # The counter in Redis goes on: 2 used, 1 left.

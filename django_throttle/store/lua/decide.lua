@@ -24,16 +24,14 @@ local now_s = tonumber(t[1])
 local now = now_s * 1000000 + tonumber(t[2])
 local dry = ARGV[1] == '1'
 
+-- The script body runs at every call, so it is one flat loop: no table of
+-- functions or per-check closures to build each time. Pending writes are kept
+-- as data and made only once every enforcing check has admitted the request.
+
 local function px(us)
   local v = math.ceil(us / 1000)
   if v < 1 then return 1 end
   return v
-end
-
--- The window of now, computed in whole seconds: now / period in microseconds
--- can round up across a boundary in double precision.
-local function window(period)
-  return math.floor(now_s / (period / 1000000))
 end
 
 local function clamp(v)
@@ -41,189 +39,192 @@ local function clamp(v)
   return math.floor(v + 1e-9)
 end
 
--- Each evaluator returns: allowed, remaining if committed, remaining now,
--- reset_after, retry_after, delay, commit (a function, called only on commit).
-
-local function fixed_window(key, limit, period, burst, cost)
-  local w = window(period)
-  local count = 0
-  local v = redis.call('GET', key)
-  if v then
-    local sw, sc = string.match(v, '^(%d+):(%d+)$')
-    if tonumber(sw) == w then count = tonumber(sc) end
-  end
-  local reset_after = (w + 1) * period - now
-  if count + cost <= limit then
-    return true, limit - count - cost, limit - count, reset_after, 0, 0, function()
-      redis.call('SET', key, string.format('%d:%d', w, count + cost), 'PX', px(reset_after))
-    end
-  end
-  local retry = reset_after
-  if cost > limit then retry = period end
-  return false, clamp(limit - count), clamp(limit - count), reset_after, retry, 0, nil
-end
-
--- A log member: the microsecond and a 3-digit sequence, one integer of 19
--- digits that Redis stores in 8 bytes (a string member would cost ~20). Past
--- 999 entries in one microsecond, a string keeps it unique.
-local function member(stamp, seq)
-  if seq < 1000 then return stamp .. string.format('%03d', seq) end
-  return stamp .. ':' .. seq
-end
-
-local function sliding_window_log(key, limit, period, burst, cost)
-  local floor = now - period
-  local count = redis.call('ZCOUNT', key, '(' .. string.format('%d', floor), '+inf')
-  local reset_after = 0
-  if count + cost <= limit then
-    -- Every unit of the request is logged at now, so it leaves the trailing
-    -- interval exactly when the request does. Members stay distinct with a
-    -- sequence number after the entries already logged at this microsecond
-    -- (counted here, not at commit, so the same key twice in one call is
-    -- logged once, as every other algorithm writes it once).
-    local stamp = string.format('%d', now)
-    local seq = redis.call('ZCOUNT', key, stamp, stamp)
-    return true, limit - count - cost, limit - count, period, 0, 0, function()
-      -- ZADD before the trim: Redis lets a script that has written go on past
-      -- maxmemory, and ZREMRANGEBYSCORE is a write that OOM does not refuse.
-      -- ZADD in chunks: unpack() of a huge table would overflow Lua's C stack.
-      local args = {}
-      for i = 0, cost - 1 do
-        args[#args + 1] = stamp
-        args[#args + 1] = member(stamp, seq + i)
-        if #args >= 1000 or i == cost - 1 then
-          redis.call('ZADD', key, unpack(args))
-          args = {}
-        end
-      end
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', floor))
-      -- The newest entry is now, unless the server's clock stepped back.
-      local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-      redis.call('PEXPIRE', key, px(tonumber(newest[2]) - now + period))
-    end
-  end
-  if count > 0 then
-    local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-    reset_after = tonumber(newest[2]) + period - now
-  end
-  local retry = period
-  if cost <= limit then
-    -- The request fits once the (count + cost - limit) oldest live entries have expired.
-    local nth = redis.call('ZRANGEBYSCORE', key, '(' .. string.format('%d', floor), '+inf',
-      'WITHSCORES', 'LIMIT', count + cost - limit - 1, 1)
-    retry = tonumber(nth[2]) + period - now
-  end
-  return false, clamp(limit - count), clamp(limit - count), reset_after, retry, 0, nil
-end
-
-local function sliding_window_counter(key, limit, period, burst, cost)
-  local w = window(period)
-  local cur, prev = 0, 0
-  local v = redis.call('GET', key)
-  if v then
-    local sw, sc, sp = string.match(v, '^(%d+):(%d+):(%d+)$')
-    sw = tonumber(sw)
-    if sw == w then
-      cur, prev = tonumber(sc), tonumber(sp)
-    elseif sw == w - 1 then
-      prev = tonumber(sc)
-    end
-  end
-  local elapsed = now - w * period
-  local left = period - elapsed
-  -- prev * left / period + cur + cost <= limit, compared without division.
-  local weighted = prev * left / period
-  local ttl = (w + 2) * period - now
-  if prev * left + (cur + cost) * period <= limit * period then
-    return true, clamp(limit - cur - cost - weighted), clamp(limit - cur - weighted), ttl, 0, 0,
-      function()
-        redis.call('SET', key, string.format('%d:%d:%d', w, cur + cost, prev), 'PX', px(ttl))
-      end
-  end
-  local reset_after = ttl
-  if cur == 0 then reset_after = left end
-  local retry
-  if cost > limit then
-    retry = ttl
-  elseif cur + cost <= limit then
-    -- Wait until the previous window's weight has shrunk enough.
-    retry = math.ceil(period - (limit - cur - cost) * period / prev) - elapsed
-  else
-    -- Wait into the next window, where this window's count becomes the weighted one.
-    retry = left + math.max(0, math.ceil(period - (limit - cost) * period / cur))
-  end
-  return false, clamp(limit - cur - weighted), clamp(limit - cur - weighted), reset_after, retry, 0,
-    nil
-end
-
--- Durations here are counted in units of 1/limit microsecond, in which one
--- request's interval (period / limit) is the whole number period: the
--- arithmetic is exact, so a bucket with exactly cost tokens left admits the
--- request (floating point at the scale of now, where a double's step is 1/4
--- microsecond, could otherwise reject it, even from an empty bucket). The stored
--- arrival time is floored to a whole microsecond, which can only admit sooner.
-local function bucket(key, limit, period, burst, cost, is_leaky)
-  local tat = tonumber(redis.call('GET', key) or 0)
-  local backlog = 0
-  if tat > now then backlog = (tat - now) * limit end
-  local tau = burst * period
-  local new_backlog = backlog + cost * period
-  local remaining_now = clamp((tau - backlog) / period)
-  if new_backlog <= tau then
-    local delay = 0
-    if is_leaky then delay = backlog / limit end
-    return true, clamp((tau - new_backlog) / period), remaining_now, new_backlog / limit, 0, delay,
-      function()
-        redis.call('SET', key, string.format('%d', now + math.floor(new_backlog / limit)), 'PX',
-          px(new_backlog / limit))
-      end
-  end
-  local retry = (new_backlog - tau) / limit
-  if cost > burst then retry = period end
-  return false, remaining_now, remaining_now, backlog / limit, retry, 0, nil
-end
-
-local function token_bucket(key, limit, period, burst, cost)
-  return bucket(key, limit, period, burst, cost, false)
-end
-
-local function leaky_bucket(key, limit, period, burst, cost)
-  return bucket(key, limit, period, burst, cost, true)
-end
-
-local evaluators = {
-  f = fixed_window,
-  l = sliding_window_log,
-  c = sliding_window_counter,
-  t = token_bucket,
-  b = leaky_bucket,
-}
-
+local n = #KEYS
 local admitted = true
-local results = {}
-local commits = {}
-for i = 1, #KEYS do
+local reply = {now, 1}
+local set_value, set_px = {}, {}  -- a check's pending SET (every algorithm but the log)
+local log_stamp, log_seq = {}, {}  -- a log check's pending entries
+local allowed_at, after_at = {}, {}  -- where a check's allowed flag and remaining sit in reply
+
+for i = 1, n do
   local a = 2 + 6 * (i - 1)
+  local code = ARGV[a]
   local limit = tonumber(ARGV[a + 1])
-  local period = tonumber(ARGV[a + 2]) * 1000000
-  local ok, rem_after, rem_now, reset_after, retry, delay, commit =
-    evaluators[ARGV[a]](KEYS[i], limit, period, tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]))
+  local period_s = tonumber(ARGV[a + 2])
+  local period = period_s * 1000000
+  local burst = tonumber(ARGV[a + 3])
+  local cost = tonumber(ARGV[a + 4])
+  local key = KEYS[i]
+  -- allowed, remaining if committed, remaining now, reset_after, retry_after, delay
+  local ok, rem_after, rem_now, reset_after, retry, delay = false, 0, 0, 0, 0, 0
+
+  if code == 'f' then
+    -- Fixed window: "window:count". The window is computed in whole seconds: now /
+    -- period in microseconds can round up across a boundary in double precision.
+    local w = math.floor(now_s / period_s)
+    local count = 0
+    local v = redis.call('GET', key)
+    if v then
+      local sw, sc = string.match(v, '^(%d+):(%d+)$')
+      if tonumber(sw) == w then count = tonumber(sc) end
+    end
+    reset_after = (w + 1) * period - now
+    rem_now = clamp(limit - count)
+    if count + cost <= limit then
+      ok, rem_after = true, limit - count - cost
+      set_value[i] = string.format('%d:%d', w, count + cost)
+      set_px[i] = px(reset_after)
+    else
+      rem_after = rem_now
+      retry = reset_after
+      if cost > limit then retry = period end
+    end
+
+  elseif code == 'c' then
+    -- Sliding window counter: "window:current:previous".
+    local w = math.floor(now_s / period_s)
+    local cur, prev = 0, 0
+    local v = redis.call('GET', key)
+    if v then
+      local sw, sc, sp = string.match(v, '^(%d+):(%d+):(%d+)$')
+      sw = tonumber(sw)
+      if sw == w then
+        cur, prev = tonumber(sc), tonumber(sp)
+      elseif sw == w - 1 then
+        prev = tonumber(sc)
+      end
+    end
+    local elapsed = now - w * period
+    local left = period - elapsed
+    local weighted = prev * left / period
+    local ttl = (w + 2) * period - now
+    rem_now = clamp(limit - cur - weighted)
+    -- prev * left / period + cur + cost <= limit, compared without division.
+    if prev * left + (cur + cost) * period <= limit * period then
+      ok, rem_after, reset_after = true, clamp(limit - cur - cost - weighted), ttl
+      set_value[i] = string.format('%d:%d:%d', w, cur + cost, prev)
+      set_px[i] = px(ttl)
+    else
+      rem_after = rem_now
+      reset_after = ttl
+      if cur == 0 then reset_after = left end
+      if cost > limit then
+        retry = ttl
+      elseif cur + cost <= limit then
+        -- Wait until the previous window's weight has shrunk enough.
+        retry = math.ceil(period - (limit - cur - cost) * period / prev) - elapsed
+      else
+        -- Wait into the next window, where this window's count becomes the weighted one.
+        retry = left + math.max(0, math.ceil(period - (limit - cost) * period / cur))
+      end
+    end
+
+  elseif code == 'l' then
+    -- Sliding window log: a sorted set, one entry per unit of cost, scored by time.
+    local floor = now - period
+    local count = redis.call('ZCOUNT', key, '(' .. string.format('%d', floor), '+inf')
+    rem_now = clamp(limit - count)
+    if count + cost <= limit then
+      ok, rem_after, reset_after = true, limit - count - cost, period
+      -- Every unit is logged at now, so it leaves the trailing interval exactly when
+      -- the request does. Members stay distinct with a sequence number after the
+      -- entries already logged at this microsecond (counted here, not at commit, so
+      -- the same key twice in one call is logged once, as other algorithms write once).
+      local stamp = string.format('%d', now)
+      log_stamp[i] = stamp
+      log_seq[i] = redis.call('ZCOUNT', key, stamp, stamp)
+    else
+      rem_after = rem_now
+      if count > 0 then
+        local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+        reset_after = tonumber(newest[2]) + period - now
+      end
+      retry = period
+      if cost <= limit then
+        -- The request fits once the (count + cost - limit) oldest live entries expire.
+        local nth = redis.call('ZRANGEBYSCORE', key, '(' .. string.format('%d', floor),
+          '+inf', 'WITHSCORES', 'LIMIT', count + cost - limit - 1, 1)
+        retry = tonumber(nth[2]) + period - now
+      end
+    end
+
+  else
+    -- Token bucket ('t') and leaky bucket ('b'): one number, the theoretical arrival
+    -- time. Durations are counted in units of 1/limit microsecond, in which one
+    -- request's interval (period / limit) is the whole number period: the arithmetic
+    -- is exact, so a bucket with exactly cost tokens left admits the request
+    -- (floating point at the scale of now, where a double's step is 1/4 microsecond,
+    -- could otherwise reject it, even from an empty bucket). The stored arrival time
+    -- is floored to a whole microsecond, which can only admit sooner.
+    local tat = tonumber(redis.call('GET', key) or 0)
+    local backlog = 0
+    if tat > now then backlog = (tat - now) * limit end
+    local tau = burst * period
+    local new_backlog = backlog + cost * period
+    rem_now = clamp((tau - backlog) / period)
+    if new_backlog <= tau then
+      ok, rem_after, reset_after = true, clamp((tau - new_backlog) / period), new_backlog / limit
+      if code == 'b' then delay = backlog / limit end
+      set_value[i] = string.format('%d', now + math.floor(new_backlog / limit))
+      set_px[i] = px(new_backlog / limit)
+    else
+      rem_after = rem_now
+      reset_after = backlog / limit
+      retry = (new_backlog - tau) / limit
+      if cost > burst then retry = period end
+    end
+  end
+
   if not ok and ARGV[a + 5] == '1' then admitted = false end
-  results[i] = {ok, rem_after, rem_now, reset_after, retry, delay}
-  commits[i] = commit
+  local r = #reply
+  allowed_at[i], after_at[i] = ok, rem_after
+  reply[r + 1] = ok and 1 or 0
+  reply[r + 2] = rem_now
+  reply[r + 3] = math.ceil(reset_after)
+  reply[r + 4] = math.ceil(retry)
+  reply[r + 5] = math.ceil(delay)
 end
 
-local commit = admitted and not dry
-local reply = {now, admitted and 1 or 0}
-for i = 1, #KEYS do
-  local r = results[i]
-  if commit and commits[i] then commits[i]() end
-  local remaining = r[3]
-  if commit and r[1] then remaining = r[2] end
-  reply[#reply + 1] = r[1] and 1 or 0
-  reply[#reply + 1] = remaining
-  reply[#reply + 1] = math.ceil(r[4])
-  reply[#reply + 1] = math.ceil(r[5])
-  reply[#reply + 1] = math.ceil(r[6])
+if not admitted then
+  reply[2] = 0
+elseif not dry then
+  for i = 1, n do
+    if allowed_at[i] then
+      local key = KEYS[i]
+      reply[2 + 5 * (i - 1) + 2] = after_at[i]  -- committed: report what remains after it
+      if set_value[i] then
+        redis.call('SET', key, set_value[i], 'PX', set_px[i])
+      else
+        local a = 2 + 6 * (i - 1)
+        local period = tonumber(ARGV[a + 2]) * 1000000
+        local cost = tonumber(ARGV[a + 4])
+        local stamp, seq = log_stamp[i], log_seq[i]
+        -- ZADD before the trim: Redis lets a script that has written go on past
+        -- maxmemory, and ZREMRANGEBYSCORE is a write that OOM does not refuse.
+        -- ZADD in chunks: unpack() of a huge table would overflow Lua's C stack.
+        -- A member is the microsecond and a 3-digit sequence: one integer of 19
+        -- digits that Redis stores in 8 bytes (a string would cost ~20); past 999
+        -- entries in one microsecond, a string keeps it unique.
+        local args = {}
+        for j = 0, cost - 1 do
+          local s = seq + j
+          args[#args + 1] = stamp
+          if s < 1000 then
+            args[#args + 1] = stamp .. string.format('%03d', s)
+          else
+            args[#args + 1] = stamp .. ':' .. s
+          end
+          if #args >= 1000 or j == cost - 1 then
+            redis.call('ZADD', key, unpack(args))
+            args = {}
+          end
+        end
+        redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - period))
+        -- The newest entry is now, unless the server's clock stepped back.
+        local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+        redis.call('PEXPIRE', key, px(tonumber(newest[2]) - now + period))
+      end
+    end
+  end
 end
 return reply
