@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import time
 from collections.abc import Callable
 from functools import wraps
 from typing import Any, TypeVar
@@ -14,19 +12,17 @@ from asgiref.sync import iscoroutinefunction
 from .conf import conf
 from .models import Action, Algorithm, KeyKind
 from .rates import parse_rate
-from .responses import add_headers, rejected
+from .responses import add_headers
 from .rules import CompiledRule, RuleSet, state_prefix
 from .throttling import (
     SEEN_ATTR,
     SPECS_ATTR,
-    adecide,
+    aenforce,
     agather,
-    decide,
-    delay_of,
+    enforce,
     for_headers,
     gather,
     pending_specs,
-    record,
 )
 
 V = TypeVar("V", bound=Callable[..., Any])
@@ -136,14 +132,9 @@ def throttle(
             async def async_wrapper(request: Any, *args: Any, **kwargs: Any) -> Any:
                 pending = pending_specs(request, specs)
                 if pending:
-                    checks, early = await agather(request, pending)
-                    decision = early or await adecide(checks)
-                    record(request, decision)
-                    if not decision.allowed:
-                        return rejected(request, decision)
-                    wait = delay_of(decision)
-                    if wait:
-                        await asyncio.sleep(wait)
+                    rejection = await aenforce(request, await agather(request, pending))
+                    if rejection is not None:
+                        return rejection
                 response = await view(request, *args, **kwargs)
                 return _with_headers(request, response)
 
@@ -154,14 +145,9 @@ def throttle(
             def sync_wrapper(request: Any, *args: Any, **kwargs: Any) -> Any:
                 pending = pending_specs(request, specs)
                 if pending:
-                    checks, early = gather(request, pending)
-                    decision = early or decide(checks)
-                    record(request, decision)
-                    if not decision.allowed:
-                        return rejected(request, decision)
-                    wait = delay_of(decision)
-                    if wait:
-                        time.sleep(wait)
+                    rejection = enforce(request, gather(request, pending))
+                    if rejection is not None:
+                        return rejection
                 response = view(request, *args, **kwargs)
                 return _with_headers(request, response)
 

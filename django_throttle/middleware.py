@@ -2,27 +2,22 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponse
 
 from .conf import conf
-from .decision import Decision
-from .responses import add_headers, rejected
+from .responses import add_headers
 from .throttling import (
     SEEN_ATTR,
     SPECS_ATTR,
-    adecide,
+    aenforce,
     agather,
-    decide,
-    delay_of,
+    enforce,
     for_headers,
     gather,
     pending_specs,
-    record,
 )
 
 
@@ -66,23 +61,16 @@ class ThrottleMiddleware:
         response = self.get_response(request)
         if not getattr(request, SEEN_ATTR, False):
             setattr(request, SEEN_ATTR, True)
-            checks, early = gather(request, paths=True)
-            decision = early or decide(checks)
-            record(request, decision)
-            if not decision.allowed:
-                return rejected(request, decision)
-            wait = delay_of(decision)
-            if wait:
-                time.sleep(wait)
+            rejection = enforce(request, gather(request, paths=True))
+            if rejection is not None:
+                return rejection
         return self._finish(request, response)
 
     def process_view(
         self, request: HttpRequest, view_func: Any, view_args: Any, view_kwargs: Any
     ) -> HttpResponse | None:
         specs = self._view_specs(request, view_func)
-        checks, early = gather(request, specs, paths=True, url_name=_url_name(request))
-        decision = early or decide(checks)
-        return self._apply(request, decision, time.sleep)
+        return enforce(request, gather(request, specs, paths=True, url_name=_url_name(request)))
 
     # -- async -------------------------------------------------------------------
 
@@ -90,43 +78,23 @@ class ThrottleMiddleware:
         response = await self.get_response(request)
         if not getattr(request, SEEN_ATTR, False):
             setattr(request, SEEN_ATTR, True)
-            checks, early = await agather(request, paths=True)
-            decision = early or await adecide(checks)
-            record(request, decision)
-            if not decision.allowed:
-                return rejected(request, decision)
-            wait = delay_of(decision)
-            if wait:
-                await asyncio.sleep(wait)
+            rejection = await aenforce(request, await agather(request, paths=True))
+            if rejection is not None:
+                return rejection
         return self._finish(request, response)
 
     async def _aprocess_view(
         self, request: HttpRequest, view_func: Any, view_args: Any, view_kwargs: Any
     ) -> HttpResponse | None:
         specs = self._view_specs(request, view_func)
-        checks, early = await agather(request, specs, paths=True, url_name=_url_name(request))
-        decision = early or await adecide(checks)
-        response = self._apply(request, decision, None)
-        wait = delay_of(decision) if response is None else 0
-        if wait:
-            await asyncio.sleep(wait)
-        return response
+        gathered = await agather(request, specs, paths=True, url_name=_url_name(request))
+        return await aenforce(request, gathered)
 
     # -- shared ------------------------------------------------------------------
 
     def _view_specs(self, request: HttpRequest, view_func: Any) -> list[Any]:
         setattr(request, SEEN_ATTR, True)
         return pending_specs(request, view_specs(view_func))
-
-    def _apply(self, request: HttpRequest, decision: Decision, sleep: Any) -> HttpResponse | None:
-        record(request, decision)
-        if not decision.allowed:
-            return rejected(request, decision)
-        if sleep is not None:
-            wait = delay_of(decision)
-            if wait:
-                sleep(wait)
-        return None
 
     def _finish(self, request: HttpRequest, response: Any) -> Any:
         if conf.HEADERS:

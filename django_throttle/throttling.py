@@ -6,6 +6,7 @@ throttle class, in a sync and an async flavour.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Iterable, Sequence
@@ -16,6 +17,7 @@ from asgiref.sync import sync_to_async
 from . import recording
 from .decision import ALLOWED, Decision, from_results, unavailable
 from .keys import identity
+from .responses import rejected
 from .rules import CompiledRule, RuleSet, get_rules
 from .signals import request_throttled
 from .store import Check, get_store
@@ -173,6 +175,33 @@ def pending_specs(request: Any, specs: Sequence[ScopeSpec]) -> list[ScopeSpec]:
     pending = [s for s in specs if id(s) not in done]
     done.update(id(s) for s in pending)
     return pending
+
+
+def enforce(request: Any, gathered: tuple[list[Check], Decision | None]) -> Any:
+    """Decide the gathered checks: the rejection response, or None once the request may go
+    on (after holding it, for a delay rule)."""
+    checks, early = gathered
+    decision = early or decide(checks)
+    record(request, decision)
+    if not decision.allowed:
+        return rejected(request, decision)
+    wait = delay_of(decision)
+    if wait:
+        time.sleep(wait)
+    return None
+
+
+async def aenforce(request: Any, gathered: tuple[list[Check], Decision | None]) -> Any:
+    """enforce() for async callers: the store call and the wait never block the loop."""
+    checks, early = gathered
+    decision = early or await adecide(checks)
+    record(request, decision)
+    if not decision.allowed:
+        return rejected(request, decision)
+    wait = delay_of(decision)
+    if wait:
+        await asyncio.sleep(wait)
+    return None
 
 
 def delay_of(decision: Decision) -> float:
