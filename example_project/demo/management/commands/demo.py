@@ -56,7 +56,7 @@ class Command(BaseCommand):
         self.stdout.write(f"Admin: http://{host}:{port}/admin/django_throttle/rule/")
         self.stdout.write(
             f"Dashboard: http://{host}:{port}/admin/django_throttle/dashboard/ "
-            "(fill it with: python manage.py demo_traffic)"
+            "(fill it with: .venv/bin/python manage.py demo_traffic)"
         )
         if not no_server:
-            call_command("runserver", addrport)
+            call_command("runserver", addrport, use_reloader=False)  # set up once, serve once
