@@ -9,7 +9,7 @@ from .rules import CompiledRule
 from .store import Result
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # built for every request: a frozen dataclass costs several times more
 class Decision:
     """``allowed``, and the figures of the deciding rule: the rejecting one, else the most
     constrained (fewest remaining; ties go to the later reset)."""

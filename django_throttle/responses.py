@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from typing import Any
@@ -27,6 +28,7 @@ def retry_after_seconds(decision: Decision) -> int:
     return max(1, math.ceil(decision.retry_after))
 
 
+@functools.lru_cache(maxsize=1024)  # rule names: a small, fixed set
 def _sf_string(text: str) -> str:
     """A structured-field string (RFC 8941): printable ASCII, with quotes and backslashes escaped."""
     text = "".join(c if " " <= c <= "~" else "?" for c in text)
