@@ -25,14 +25,6 @@ class Decision:
     unavailable: bool = False  # rejected because the store is down and the rule fails closed
     results: tuple[Result, ...] = field(default=(), repr=False)
 
-    @property
-    def shadow_rejections(self) -> list[Result]:
-        """Results of log-only rules that would have rejected this request."""
-        return [r for r in self.results if not r.allowed and r.rule.action == "log"]
-
-
-ALLOWED = Decision(allowed=True)
-
 
 def from_results(results: Sequence[Result]) -> Decision:
     """Sum up one store call: rejected if any enforcing rule rejected."""

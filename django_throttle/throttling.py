@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from asgiref.sync import sync_to_async
 
 from . import recording
-from .decision import ALLOWED, Decision, from_results, unavailable
+from .decision import Decision, from_results, unavailable
 from .keys import identity
 from .responses import rejected
 from .rules import CompiledRule, RuleSet, get_rules
@@ -114,20 +114,20 @@ def _summarize(checks: Sequence[Check], outcome: Any) -> Decision:
         if closed:
             return unavailable(closed[0], outcome.retry_after)
         if outcome.results is None:
-            return ALLOWED
+            return Decision(allowed=True)  # a fresh one: callers may keep it
         outcome = outcome.results
     return from_results(outcome)
 
 
 def decide(checks: Sequence[Check], dry_run: bool = False) -> Decision:
     if not checks:
-        return ALLOWED
+        return Decision(allowed=True)  # a fresh one: callers may keep it
     return _summarize(checks, decide_guarded(get_store, checks, dry_run))
 
 
 async def adecide(checks: Sequence[Check], dry_run: bool = False) -> Decision:
     if not checks:
-        return ALLOWED
+        return Decision(allowed=True)  # a fresh one: callers may keep it
     return _summarize(checks, await adecide_guarded(checks, dry_run))
 
 

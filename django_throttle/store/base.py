@@ -31,14 +31,6 @@ class Check:
     identity: str
     cost: int = 1
 
-    @property
-    def key(self) -> str:
-        return state_key(self.rule, self.identity)
-
-    @property
-    def enforcing(self) -> bool:
-        return self.rule.action != "log"
-
 
 @dataclass(slots=True)  # not frozen: built for every check, and frozen costs 4x to build
 class Result:
