@@ -449,10 +449,13 @@ def test_every_redis_key_expires(redis_store, redis_client):
     # Several rules in one request, admitted and rejected.
     for _ in range(4):
         store.decide([Check(rule, "ip:c") for rule in rules[::5]])
+    # Keys that must still be there: a fixed window's key lives only to its window's end,
+    # which can fall within this test (a minute boundary), so those are left out here; every
+    # key found is still checked for a TTL below.
     lasting = {
         state_key(rule, client).encode()
         for rule in rules
-        if rule.period > 1
+        if rule.period > 1 and rule.algorithm != "fixed_window"
         for client in ("ip:a", "ip:b")
     }
     keys = set(redis_client.scan_iter(count=1000))

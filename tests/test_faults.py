@@ -439,7 +439,8 @@ def test_no_algorithm_writes_past_maxmemory(
     algorithm: str, configure: Any, redis_server: RedisServer, redis_client: Any
 ) -> None:
     configure()
-    rule("r", "/api/", LIMIT, algorithm=algorithm)
+    # Per day: a window boundary (here, a minute's) must not fall between the decisions.
+    rule("r", "/api/", LIMIT, algorithm=algorithm, unit="day")
     store = RedisStore(redis_client)
     check = Check(compiled("r"), CLIENT)
     store.decide([check])  # some state already there
