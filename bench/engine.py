@@ -28,8 +28,10 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository: tests/ helpers
 pc = time.perf_counter_ns
 
 ALGORITHMS = (
@@ -182,35 +184,11 @@ _rule_ids = iter(range(1, 1 << 30))
 
 
 def make_rule(algorithm: str, limit: int, period: int, rule_id: int | None = None) -> Any:
-    from django_throttle.rules import CompiledRule, state_prefix
+    """A compiled rule as the rule cache builds it (the test suite's helper)."""
+    from tests.engine_helpers import make_rule as compiled_rule
 
     rid = next(_rule_ids) if rule_id is None else rule_id
-    return CompiledRule(
-        id=rid,
-        name=f"bench-{rid}",
-        scope="*",
-        methods=None,
-        key_kind="ip",
-        key_arg="",
-        key_function=None,
-        limit=limit,
-        period=period,
-        algorithm=algorithm,
-        burst=limit,
-        action="reject",
-        fail_mode="default",
-        state_prefix=state_prefix(base36(rid), algorithm),
-    )
-
-
-def base36(number: int) -> str:
-    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
-    out = ""
-    while True:
-        number, rest = divmod(number, 36)
-        out = digits[rest] + out
-        if not number:
-            return out
+    return compiled_rule(algorithm, limit, period, rule_id=rid)
 
 
 # Mixed requests: the rates are loose enough that every benchmark decision admits
