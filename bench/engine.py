@@ -19,10 +19,8 @@ import os
 import platform
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -59,82 +57,6 @@ RACE_PROCS, RACE_ATTEMPTS, RACE_LIMIT = 8, 40, 50
 
 
 # -- the server ----------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class RedisServer:
-    """A throwaway redis-server on loopback, without RDB or AOF, in a temporary directory."""
-
-    def __init__(self) -> None:
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.port = 0
-        self.dir = tempfile.mkdtemp(prefix="throttle-bench-")
-
-    def start(self) -> None:
-        # The port is free when picked but could be taken before redis binds it: retry.
-        for _ in range(5):
-            port = free_port()
-            self.proc = subprocess.Popen(
-                [
-                    "redis-server",
-                    "--port",
-                    str(port),
-                    "--bind",
-                    "127.0.0.1",
-                    "--protected-mode",
-                    "yes",
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
-                    "--daemonize",
-                    "no",
-                    "--dir",
-                    self.dir,
-                    "--logfile",
-                    os.path.join(self.dir, "redis.log"),
-                ],  # fmt: skip
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            if self._ready(port):
-                self.port = port
-                return
-            self._kill()
-        raise RuntimeError(f"redis-server did not start; see {self.dir}/redis.log")
-
-    def _ready(self, port: int) -> bool:
-        import redis
-
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if self.proc is None or self.proc.poll() is not None:
-                return False
-            with contextlib.suppress(redis.ConnectionError):
-                if redis.Redis(host="127.0.0.1", port=port, socket_timeout=1).ping():
-                    return True
-            time.sleep(0.05)
-        return False
-
-    def _kill(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
-
-    def stop(self) -> None:
-        self._kill()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 # -- Django, configured here and nowhere else ------------------------------------
@@ -1269,6 +1191,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("redis-server is not on PATH", file=sys.stderr)
         return 2
     started = time.monotonic()
+    from tests.redis_server import RedisServer  # the test harness's: free loopback port, no RDB/AOF
+
     server = RedisServer()
     try:
         server.start()
@@ -1321,7 +1245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 3
     finally:
         signal.alarm(0)
-        server.stop()
+        server.close()
     return 0
 
 
