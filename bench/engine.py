@@ -32,13 +32,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository: tests/ helpers
 pc = time.perf_counter_ns
 
-ALGORITHMS = (
-    "fixed_window",
-    "sliding_window_log",
-    "sliding_window_counter",
-    "token_bucket",
-    "leaky_bucket",
-)
+from tests.engine_helpers import ALGORITHMS  # noqa: E402
+
 HOUR = 3600
 MINUTE = 60
 DAY = 86400

@@ -57,6 +57,10 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 HOST = "127.0.0.1"
+
+sys.path.insert(0, str(REPO))
+from tests.redis_server import RedisServer as HarnessRedisServer  # noqa: E402
+
 API_PATH = "/api/items/"
 PHASES = ("before", "outage", "after")
 FAULTS = {
@@ -84,83 +88,22 @@ def redis_ping(port: int, timeout: float = 0.5) -> bool:
         return False
 
 
-class RedisServer:
-    """A throwaway redis-server on loopback, without persistence, that can be killed and
-    started again on the same port."""
+class RedisServer(HarnessRedisServer):
+    """The test harness's redis-server (a free loopback port, no persistence; killed, paused,
+    started again on the same port), logging into the run's directory, plus redis-cli for the
+    report."""
 
     def __init__(self, workdir: Path) -> None:
-        self.dir = workdir
-        self.port = 0
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.starts = 0
-
-    def start(self, port: int | None = None) -> None:
-        # A fresh port is free when picked but could be taken before redis binds it: retry.
-        for _ in range(1 if port else 5):
-            self.port = port or free_port()
-            self.starts += 1
-            self.proc = subprocess.Popen(
-                [
-                    "redis-server",
-                    "--port",
-                    str(self.port),
-                    "--bind",
-                    HOST,
-                    "--protected-mode",
-                    "yes",
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
-                    "--daemonize",
-                    "no",
-                    "--dir",
-                    str(self.dir),
-                    "--logfile",
-                    str(self.dir / f"redis-{self.starts}.log"),
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline and self.proc.poll() is None:
-                if redis_ping(self.port):
-                    return
-                time.sleep(0.02)
-            self.stop()
-        raise RuntimeError(f"redis-server did not start; see {self.dir}/redis-*.log")
-
-    def kill(self) -> None:
-        """SIGKILL: no shutdown, no save; clients see their connections reset."""
-        proc, self.proc = self.proc, None
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait(5)
-
-    def freeze(self) -> None:
-        """SIGSTOP: the server hangs with its connections open; new ones are still accepted
-        by the kernel, and then nothing answers."""
-        if self.proc is not None:
-            self.proc.send_signal(signal.SIGSTOP)
+        super().__init__()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.dir = str(workdir)
 
     def thaw(self) -> None:
-        if self.proc is not None:
-            self.proc.send_signal(signal.SIGCONT)
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline and not redis_ping(self.port):
-                time.sleep(0.02)
-
-    def stop(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGCONT)  # in case it is frozen
-            proc.terminate()
-            try:
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+        """SIGCONT, then wait until it answers again."""
+        self.resume()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not redis_ping(self.port):
+            time.sleep(0.02)
 
     def command(self, *args: str) -> str:
         out = subprocess.run(
@@ -941,13 +884,13 @@ def main(argv: list[str] | None = None) -> int:
             redis.kill()
             print(f"t={kill_at:.2f} s: redis-server killed (SIGKILL)")
         elif args.fault == "stop":
-            redis.freeze()
+            redis.pause()
             print(f"t={kill_at:.2f} s: redis-server frozen (SIGSTOP)")
         else:
             print(f"t={kill_at:.2f} s: control run, Redis stays up")
         sleep_until(kill_at + args.outage)
         if args.fault == "kill":
-            redis.start(redis.port)
+            redis.start()  # the same port
         elif args.fault == "stop":
             redis.thaw()
         back_at = time.perf_counter() - start
