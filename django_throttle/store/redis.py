@@ -12,6 +12,7 @@ from redis.exceptions import NoScriptError
 from ..conf import conf
 from ..rules import ALGORITHM_CODES, CompiledRule
 from .base import Check, Result, digest, state_key
+from .connections import ConnectionStack
 
 US = 1_000_000
 
@@ -24,8 +25,12 @@ class RedisStore:
     """Decisions in Redis. The client comes from django-redis, so Redis is configured in CACHES."""
 
     def __init__(self, client: Any, owns_pool: bool = False) -> None:
-        self.client = client
+        self.client = client  # everything but the decision itself: reset, script load, version
         self.owns_pool = owns_pool
+        stack = ConnectionStack.for_pool(client.connection_pool)
+        # One command on the decision connections: the lean path where the pool allows it.
+        self.execute = stack.execute if stack is not None else client.execute_command
+        self._stack = stack
 
     @classmethod
     def from_cache(cls, alias: str) -> RedisStore:
@@ -34,6 +39,8 @@ class RedisStore:
 
     def close(self) -> None:
         """Close the connections of a pool this store made (never django-redis's own)."""
+        if self._stack is not None:
+            self._stack.disconnect()
         if self.owns_pool:
             self.client.connection_pool.disconnect()
 
@@ -44,11 +51,12 @@ class RedisStore:
         # EVALSHA straight away (redis-py's Script wrapper costs more per call than our
         # whole Python side); the script is loaded on NOSCRIPT, after SCRIPT FLUSH or a
         # restart of the server.
+        execute = self.execute
         try:
-            reply = self.client.evalsha(DECIDE_SHA, len(keys), *keys, *args)
+            reply = execute("EVALSHA", DECIDE_SHA, len(keys), *keys, *args)
         except NoScriptError:
             self.client.script_load(DECIDE_SOURCE)
-            reply = self.client.evalsha(DECIDE_SHA, len(keys), *keys, *args)
+            reply = execute("EVALSHA", DECIDE_SHA, len(keys), *keys, *args)
         return parse_reply(checks, reply)
 
     def reset(self, rule: CompiledRule, identity: str) -> None:

@@ -1,0 +1,164 @@
+"""The decision call's own connections (store/connections.py), against the real redis-server:
+a reply always belongs to its command, stale and broken connections are never reused, threads
+and forked children never share a socket."""
+
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from redis.exceptions import NoScriptError, TimeoutError
+
+from django_throttle.store import Check, RedisStore
+from django_throttle.store.connections import ConnectionStack
+
+from .engine_helpers import make_rule
+
+
+@pytest.fixture
+def stack(redis_server: Any) -> Iterator[ConnectionStack]:
+    client = redis_server.client(socket_timeout=0.2, socket_connect_timeout=0.2, client_name=NAME)
+    stack = ConnectionStack.for_pool(client.connection_pool)
+    assert stack is not None
+    yield stack
+    stack.disconnect()
+    client.close()
+
+
+NAME = "stack-under-test"  # set on every connection the stack makes, to tell them apart
+
+
+def client_ids(redis_client: Any) -> set[int]:
+    return {int(c["id"]) for c in redis_client.client_list() if c["name"] == NAME}
+
+
+def test_replies_come_back_to_their_command(stack: ConnectionStack) -> None:
+    assert stack.execute("SET", "k", "v") == b"OK"  # raw replies: no redis-py callbacks
+    assert stack.execute("GET", "k") == b"v"
+    assert stack.execute("INCRBY", "n", 5) == 5
+    assert stack.execute("INCRBY", "n", 2) == 7
+
+
+def test_one_connection_serves_calls_in_turn(stack: ConnectionStack, redis_client: Any) -> None:
+    first = stack.execute("CLIENT", "ID")
+    for _ in range(20):
+        assert stack.execute("CLIENT", "ID") == first
+    assert client_ids(redis_client) == {first}
+
+
+def test_an_error_reply_keeps_the_connection(stack: ConnectionStack) -> None:
+    first = stack.execute("CLIENT", "ID")
+    with pytest.raises(NoScriptError):
+        stack.execute("EVALSHA", "0" * 40, 0)
+    assert stack.execute("CLIENT", "ID") == first
+
+
+def test_a_timed_out_connection_is_never_reused(stack: ConnectionStack, redis_server: Any) -> None:
+    """Its late reply must not be read as the answer to the next command."""
+    first = stack.execute("CLIENT", "ID")
+    with redis_server.client() as other:
+        with pytest.raises(TimeoutError):
+            # The server sleeps past the 0.2 s socket timeout, then answers "OK" late.
+            stack.execute("DEBUG", "SLEEP", "0.4")
+        other.ping()  # served once the server is awake again
+    assert stack.execute("SET", "after", "1") == b"OK"
+    assert stack.execute("GET", "after") == b"1"
+    assert stack.execute("CLIENT", "ID") != first
+
+
+def test_a_connection_the_server_closed_is_replaced(
+    stack: ConnectionStack, redis_client: Any
+) -> None:
+    first = stack.execute("CLIENT", "ID")
+    redis_client.client_kill_filter(_id=first)
+    assert stack.execute("PING") == b"PONG"  # no error: a fresh connection
+    assert stack.execute("CLIENT", "ID") != first
+
+
+def test_a_restarted_server_is_used_at_once(stack: ConnectionStack, redis_server: Any) -> None:
+    stack.execute("SET", "k", "before")
+    redis_server.restart()
+    assert stack.execute("GET", "k") is None  # the new server answers; nothing is raised
+    assert stack.execute("SET", "k", "after") == b"OK"
+
+
+def test_a_server_that_is_down_raises_and_recovers(
+    stack: ConnectionStack, redis_server: Any
+) -> None:
+    stack.execute("PING")
+    redis_server.kill()
+    with pytest.raises(redis.ConnectionError):
+        stack.execute("PING")
+    redis_server.start()
+    assert stack.execute("PING") == b"PONG"
+
+
+def test_threads_never_share_a_connection(redis_server: Any, redis_client: Any) -> None:
+    """Eight threads deciding at once: each gets its own replies, the counts are exact, and
+    no more connections are made than threads ran at once."""
+    client = redis_server.client(client_name=NAME)
+    store = RedisStore(client)
+    rule = make_rule("fixed_window", limit=100_000)
+    store.decide([Check(rule, "warm-up")])  # the script is loaded, on the client's connection
+    barrier = threading.Barrier(8)
+    remaining: list[list[int]] = [[] for _ in range(8)]
+
+    def work(n: int) -> None:
+        barrier.wait()
+        for _ in range(200):
+            remaining[n].append(store.decide([Check(rule, "shared")])[0].remaining)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    seen = sorted(r for per_thread in remaining for r in per_thread)
+    # Every admission saw its own count: 1,600 distinct values, none repeated or lost.
+    assert seen == list(range(100_000 - 1600, 100_000))
+    # At most one connection per thread, plus the one the client loaded the script on.
+    assert 2 <= len(client_ids(redis_client)) <= 8 + 1
+    store.close()
+    client.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_opens_its_own_connection(stack: ConnectionStack) -> None:
+    parent_id = stack.execute("CLIENT", "ID")
+    read, write = os.pipe()
+    with warnings.catch_warnings():
+        # Python 3.12+ warns when a process with threads forks; the child only runs the
+        # code below and leaves with os._exit.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # the child: report the connection id it uses, and exit at once
+        try:
+            os.write(write, str(stack.execute("CLIENT", "ID")).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        child_id = int(pipe.read())
+    os.waitpid(pid, 0)
+    assert child_id != parent_id
+    assert stack.execute("CLIENT", "ID") == parent_id  # the parent's socket is untouched
+    assert stack.execute("ECHO", "still in step") == b"still in step"
+
+
+def test_plain_pools_only(redis_server: Any) -> None:
+    """Pools that route or cache (Sentinel, cluster, client-side caching) keep redis-py's path."""
+
+    class RoutingPool(redis.ConnectionPool):
+        pass
+
+    pool = RoutingPool.from_url(redis_server.url)
+    assert ConnectionStack.for_pool(pool) is None
+    store = RedisStore(redis.Redis(connection_pool=pool))
+    rule = make_rule("fixed_window", limit=2)
+    assert [store.decide([Check(rule, "x")])[0].allowed for _ in range(3)] == [True, True, False]
+    pool.disconnect()
