@@ -134,6 +134,10 @@ class Case:
     ours: bool = False
     samples: list[int] = field(default_factory=list)
     base: list[int] = field(default_factory=list)
+    # Ours: the same EVALSHA `return 1` on the path the store's decisions take (its own
+    # connections, store/connections.py): the floor of one round trip from this process.
+    floor_op: Callable[[], Any] | None = None
+    floor: list[int] = field(default_factory=list)
     admitted: int = 0
     decided: int = 0
     profile: dict[str, float] = field(default_factory=dict)
@@ -228,6 +232,11 @@ def build_cases(port: int, n_clients: int) -> list[Case]:
     store = RedisStore.from_cache("default")
     ours = store.client
     ours_label = f"our store's client ({client_settings(ours)})"
+    floor_sha = ours.script_load("return 1")
+
+    def floor() -> Any:
+        return store.execute("EVALSHA", floor_sha, 0)
+
     client = get_redis_connection("default")
     client_label = f"django-redis client ({client_settings(client)})"
     addresses = identities(n_clients)
@@ -235,12 +244,14 @@ def build_cases(port: int, n_clients: int) -> list[Case]:
     cases = []
     for algorithm in ALGORITHMS:
         op = our_op(store, [make_rule(algorithm, 1000, HOUR)], ids)
-        cases.append(Case(f"ours {algorithm}", op, ours, ours_label, rules=1, ours=True))
+        cases.append(
+            Case(f"ours {algorithm}", op, ours, ours_label, rules=1, ours=True, floor_op=floor)
+        )
     for mix in (MIX_3, MIX_5):
         rules = [make_rule(a, limit, period) for a, limit, period in mix]
         op = our_op(store, rules, ids)
         name = f"ours {len(mix)} rules"
-        cases.append(Case(name, op, ours, ours_label, rules=len(mix), ours=True))
+        cases.append(Case(name, op, ours, ours_label, rules=len(mix), ours=True, floor_op=floor))
 
     requests = django_requests(addresses)
     one = [("bench-rl1", "1000/h")]
@@ -330,6 +341,10 @@ def run_timings(cases: Sequence[Case], rounds: int, per_round: int, warmup: int)
                     samples.append(t1 - t0)
                     base.append(t2 - t1)
                 admitted += bool(ok)
+                if case.floor_op is not None:
+                    t0 = pc()
+                    case.floor_op()
+                    case.floor.append(pc() - t0)
             counters[case.name] = k + per_round
             case.admitted += admitted
             case.decided += per_round
@@ -340,28 +355,41 @@ def run_timings(cases: Sequence[Case], rounds: int, per_round: int, warmup: int)
 
 @contextlib.contextmanager
 def counting_commands() -> Iterator[dict[str, int]]:
-    """Count round trips and top-level command names sent by redis-py while inside."""
+    """Count round trips and top-level command names sent by redis-py while inside (through
+    Redis.execute_command, which calls send_command, or a Connection used directly, as the
+    store's own connections do, which packs with pack_command)."""
     from redis.connection import AbstractConnection
 
     counts: dict[str, int] = {"round_trips": 0}
-    send_packed, send = AbstractConnection.send_packed_command, AbstractConnection.send_command
+    originals = {
+        name: getattr(AbstractConnection, name)
+        for name in ("send_packed_command", "send_command", "pack_command")
+    }
+
+    def name_of(args: Sequence[Any]) -> None:
+        name = f"cmd:{str(args[0]).lower()}"
+        counts[name] = counts.get(name, 0) + 1
 
     def packed(self: Any, command: Any, check_health: bool = True) -> None:
         counts["round_trips"] += 1
-        send_packed(self, command, check_health)
+        originals["send_packed_command"](self, command, check_health)
 
     def command(self: Any, *args: Any, **kwargs: Any) -> None:
-        name = f"cmd:{str(args[0]).lower()}"
-        counts[name] = counts.get(name, 0) + 1
-        send(self, *args, **kwargs)
+        name_of(args)
+        originals["send_command"](self, *args, **kwargs)
+
+    def pack(self: Any, *args: Any) -> Any:
+        name_of(args)
+        return originals["pack_command"](self, *args)
 
     AbstractConnection.send_packed_command = packed  # type: ignore[method-assign]
     AbstractConnection.send_command = command  # type: ignore[method-assign]
+    AbstractConnection.pack_command = pack  # type: ignore[method-assign]
     try:
         yield counts
     finally:
-        AbstractConnection.send_packed_command = send_packed  # type: ignore[method-assign]
-        AbstractConnection.send_command = send  # type: ignore[method-assign]
+        for name, original in originals.items():
+            setattr(AbstractConnection, name, original)
 
 
 def profile_pass(admin: Any, op: Callable[[], Any], n: int) -> dict[str, float]:
@@ -401,10 +429,12 @@ def profile_cases(cases: Sequence[Case], admin: Any, n: int) -> dict[str, dict[s
 class StubClient:
     """Stands in for redis-py: returns a canned decide.lua reply, so only our Python is timed."""
 
+    connection_pool = None  # no pool: the store sends its commands through execute_command
+
     def __init__(self, n_checks: int) -> None:
         self.reply = [1_764_000_000_000_000, 1] + [1, 999, 3_600_000_000, 0, 0] * n_checks
 
-    def evalsha(self, sha: str, numkeys: int, *keys_and_args: Any) -> list[int]:
+    def execute_command(self, *args: Any) -> list[int]:
         return self.reply
 
 
@@ -488,27 +518,27 @@ def layer_steps(
     from django_throttle.store.redis import DECIDE_SOURCE
 
     m = len(ids)
-    script = client.register_script(DECIDE_SOURCE)  # redis-py's wrapper, for comparison
+    decide_sha = client.script_load(DECIDE_SOURCE)
+    execute = store.execute  # the store's own connections (store/connections.py)
 
     def raw(i: int) -> Any:
         return client.evalsha(sha, 0)
 
+    def floor(i: int) -> Any:
+        return execute("EVALSHA", sha, 0)
+
     def server(i: int) -> Any:
         keys, args = inputs[i % m]
-        return client.evalsha(script.sha, len(keys), *keys, *args)
-
-    def wrapper(i: int) -> Any:
-        keys, args = inputs[i % m]
-        return script(keys=keys, args=args)
+        return execute("EVALSHA", decide_sha, len(keys), *keys, *args)
 
     def ours(i: int) -> Any:
         identity = ids[i % m]
         return store.decide([Check(rule, identity) for rule in rules])
 
     return {
-        "raw EVALSHA `return 1`": raw,
-        "+ decide.lua on the server (raw EVALSHA, prebuilt args)": server,
-        "+ redis-py Script wrapper (register_script)": wrapper,
+        "raw EVALSHA `return 1` through redis-py's Redis.evalsha": raw,
+        "EVALSHA `return 1` on the store's connections": floor,
+        "+ decide.lua on the server (prebuilt args, store's connections)": server,
         "+ our Python: RedisStore.decide([Check...])": ours,
     }
 
@@ -516,10 +546,10 @@ def layer_steps(
 def decomposition(client: Any, n: int, n_clients: int) -> list[tuple[str, str, float, float]]:
     """Our decision taken apart in place, one layer per step, the steps interleaved per call.
 
-    Each step adds one layer to the previous: the bare round trip, decide.lua's work
-    on the server (same keys and arguments, prebuilt), redis-py's Script wrapper, and
-    our Python (keys, arguments, Check and Result objects). Medians of wall time and
-    of this thread's CPU time, in microseconds.
+    First redis-py's bare round trip, for reference; then, one layer added per step: the
+    bare round trip on the store's own connections, decide.lua's work on the server (same
+    keys and arguments, prebuilt), and our Python (keys, arguments, Check and Result
+    objects). Medians of wall time and of this thread's CPU time, in microseconds.
     """
     from django_throttle.store import Check, RedisStore
     from django_throttle.store.redis import script_input
@@ -982,8 +1012,9 @@ def report(
 
     print(
         f"\n## Latency per decision ({args.rounds} rounds x {args.per_round} decisions per case, "
-        f"{args.clients} clients, each decision alternated with a raw EVALSHA of `return 1` "
-        "on the same connection)\n"
+        f"{args.clients} clients, each decision alternated with a raw redis-py EVALSHA of "
+        "`return 1` on the same client; ours also with the same EVALSHA on the store's own "
+        "connections, the floor of one round trip)\n"
     )
     rows = []
     out_cases = []
@@ -991,6 +1022,7 @@ def report(
         med, tail = median(c.samples) / 1000, p99(c.samples) / 1000
         bmed, btail = median(c.base) / 1000, p99(c.base) / 1000
         ratio = med / bmed
+        fmed = median(c.floor) / 1000 if c.floor else None
         target = RATIO_TARGETS.get(c.rules) if c.ours else None
         rows.append(
             (
@@ -1002,6 +1034,8 @@ def report(
                 f"{ratio:.2f}x",
                 f"<= {target}x" if target else "-",
                 verdict(ratio <= target) if target else "-",
+                f"{fmed:.1f}" if fmed else "-",
+                f"{med / fmed:.2f}x" if fmed else "-",
                 f"{c.admitted}/{c.decided}",
             )
         )
@@ -1014,6 +1048,7 @@ def report(
                 "evalsha_p99_us": btail,
                 "ratio": ratio,
                 "target": target,
+                "store_path_evalsha_median_us": fmed,
                 "admitted": c.admitted,
                 "decided": c.decided,
                 "profile": c.profile,
@@ -1030,6 +1065,8 @@ def report(
                 "ratio",
                 "target",
                 "",
+                "store-path EVALSHA median us",
+                "ratio to it",
                 "admitted",
             ),
             rows,
