@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import redis
+from redis._parsers import _RESP2Parser, _RESP3Parser
 from redis.exceptions import NoScriptError, TimeoutError
 
 from django_throttle.store import Check, RedisStore
@@ -19,10 +20,19 @@ from django_throttle.store.connections import ConnectionStack
 
 from .engine_helpers import make_rule
 
+# Stale connections are detected by the parser's can_read(), which differs per parser.
+PARSERS = {
+    "default": {},  # hiredis where installed (it is, with the test extra)
+    "resp2-python": {"parser_class": _RESP2Parser},
+    "resp3-python": {"parser_class": _RESP3Parser, "protocol": 3},
+}
 
-@pytest.fixture
-def stack(redis_server: Any) -> Iterator[ConnectionStack]:
-    client = redis_server.client(socket_timeout=0.2, socket_connect_timeout=0.2, client_name=NAME)
+
+@pytest.fixture(params=list(PARSERS))
+def stack(redis_server: Any, request: Any) -> Iterator[ConnectionStack]:
+    client = redis_server.client(
+        socket_timeout=0.2, socket_connect_timeout=0.2, client_name=NAME, **PARSERS[request.param]
+    )
     stack = ConnectionStack.for_pool(client.connection_pool)
     assert stack is not None
     yield stack
