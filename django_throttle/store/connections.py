@@ -1,8 +1,8 @@
 """Connections for the decision call: one command, one reply, nothing else on the way.
 
 redis-py's ``Redis.execute_command`` wraps every command in retry, pool locking,
-observability hooks and socket-timeout juggling; on a fast loopback that costs
-about as much as the round trip itself. The decision call needs none of it: it
+a readiness check and observability hooks; on a loopback that costs about a third
+of the round trip (docs/benchmarks.md). The decision call needs none of it: it
 has no retries (a failure goes to the circuit breaker), and its pool is private.
 So the store keeps its connections on a stack and talks to each through
 redis-py's ``Connection`` (which still does the handshake, AUTH, SELECT, TLS and
@@ -37,8 +37,8 @@ class ConnectionStack:
 
     @classmethod
     def for_pool(cls, pool: Any) -> ConnectionStack | None:
-        """A stack for a plain pool; None for Sentinel, cluster, or client-side-caching pools,
-        which must keep redis-py's own path."""
+        """A stack for a plain pool; None for Sentinel, other custom or client-side-caching
+        pools, or a client without a pool: those keep redis-py's own path."""
         if type(pool) is not ConnectionPool or getattr(pool, "cache", None) is not None:
             return None
         return cls(pool)

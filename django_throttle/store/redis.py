@@ -27,7 +27,7 @@ class RedisStore:
     def __init__(self, client: Any, owns_pool: bool = False) -> None:
         self.client = client  # everything but the decision itself: reset, script load, version
         self.owns_pool = owns_pool
-        stack = ConnectionStack.for_pool(client.connection_pool)
+        stack = ConnectionStack.for_pool(getattr(client, "connection_pool", None))
         # One command on the decision connections: the lean path where the pool allows it.
         self.execute = stack.execute if stack is not None else client.execute_command
         self._stack = stack
@@ -38,7 +38,7 @@ class RedisStore:
         return cls(client, owns_pool=owned)
 
     def close(self) -> None:
-        """Close the connections of a pool this store made (never django-redis's own)."""
+        """Close the store's own connections (never those of django-redis's pool)."""
         if self._stack is not None:
             self._stack.disconnect()
         if self.owns_pool:
