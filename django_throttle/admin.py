@@ -8,7 +8,7 @@ from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from .dashboard import DashboardAdmin, inspect_key
+from .dashboard.views import DashboardAdmin, inspect_key
 from .models import Dashboard, Rule
 
 

@@ -8,4 +8,6 @@ class DjangoThrottleConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks, signals  # noqa: F401  (registers checks and receivers)
+        from . import checks, receivers  # noqa: F401  (checks register themselves on import)
+
+        receivers.connect()

@@ -1,138 +1,177 @@
-"""Settings of django_throttle, read from ``settings.DJANGO_THROTTLE`` at access time."""
+"""Settings of django_throttle, read from ``settings.DJANGO_THROTTLE`` at access time.
+
+Each setting is declared once, below, as a class attribute of ``Settings``: its type,
+default and valid range. Reading ``conf.NAME`` gives the value in force (nothing is
+cached, so ``override_settings`` works), and the system checks validate every declared
+setting from the same declaration, so adding a setting touches one line.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar, overload
 
 from django.conf import settings
 
 SETTING_NAME = "DJANGO_THROTTLE"
-
-# Every key of DJANGO_THROTTLE with its default and the types it accepts. The
-# system checks validate against this table, so it is the only place a new
-# setting needs to be declared.
-DEFAULTS: dict[str, Any] = {
-    "CACHE": "default",
-    "BACKEND": "auto",
-    "FAIL_OPEN": True,
-    "TRUSTED_PROXIES": 0,
-    "IPV6_PREFIX": 64,
-    "RULES_REFRESH": 1.0,
-    "HEADERS": True,
-    "KEY_FUNCTIONS": {},
-    "KEY_PREFIX": "thr",
-    "REJECTION_VIEW": None,
-    "TIMEOUT": 0.1,
-    "CONNECT_TIMEOUT": 0.1,
-    "BREAKER_INTERVAL": 2.0,
-    "LOCAL_FALLBACK": True,
-    "FLUSH_INTERVAL": 10.0,
-    "RETENTION_DAYS": 30,
-}
-
-TYPES: dict[str, tuple[type, ...]] = {
-    "CACHE": (str,),
-    "BACKEND": (str,),
-    "FAIL_OPEN": (bool,),
-    "TRUSTED_PROXIES": (int,),
-    "IPV6_PREFIX": (int,),
-    "RULES_REFRESH": (int, float),
-    "HEADERS": (bool,),
-    "KEY_FUNCTIONS": (dict,),
-    "KEY_PREFIX": (str,),
-    "REJECTION_VIEW": (str, type(None)),
-    "TIMEOUT": (int, float),
-    "CONNECT_TIMEOUT": (int, float),
-    "BREAKER_INTERVAL": (int, float),
-    "LOCAL_FALLBACK": (bool,),
-    "FLUSH_INTERVAL": (int, float),
-    "RETENTION_DAYS": (int,),
-}
-
-BACKENDS = ("auto", "redis", "memory")
 REDIS_CACHE_PREFIX = "django_redis."
+
+T = TypeVar("T")
+
+# Check ids of the settings' own validation (the others are in checks.py).
+E_BAD_CHOICE = "django_throttle.E004"
+E_WRONG_TYPE = "django_throttle.E005"
+E_TRUSTED_PROXIES = "django_throttle.E006"
+E_IPV6_PREFIX = "django_throttle.E008"
+E_OUT_OF_RANGE = "django_throttle.E009"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What is wrong with a setting's value, for a system check."""
+
+    id: str
+    message: str
+    hint: str
+
+
+def raw_settings() -> dict[str, Any]:
+    value = getattr(settings, SETTING_NAME, {})
+    return value if isinstance(value, dict) else {}
+
+
+class Setting(Generic[T]):
+    """One key of DJANGO_THROTTLE: its type, default and valid range, declared once."""
+
+    name: str
+
+    def __init__(
+        self,
+        default: T,
+        types: tuple[type, ...],
+        *,
+        convert: Callable[[Any], T] | None = None,
+        minimum: float | None = None,
+        above: bool = False,  # the minimum itself is not allowed
+        maximum: float | None = None,
+        choices: tuple[str, ...] = (),
+        error_id: str = E_OUT_OF_RANGE,
+        type_error_id: str = E_WRONG_TYPE,
+        hint: str = "",
+    ) -> None:
+        self.default = default
+        self.types = types
+        self.convert = convert
+        self.minimum, self.above, self.maximum = minimum, above, maximum
+        self.choices = choices
+        self.error_id, self.type_error_id = error_id, type_error_id
+        self.hint = hint or f"The default is {default!r}."
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> Setting[T]: ...
+    @overload
+    def __get__(self, obj: object, owner: type) -> T: ...
+    def __get__(self, obj: object | None, owner: type) -> Setting[T] | T:
+        if obj is None:
+            return self
+        value = raw_settings().get(self.name, self.default)
+        return self.convert(value) if self.convert is not None else value  # type: ignore[no-any-return]
+
+    def problem(self, value: Any) -> Problem | None:
+        """Why ``value`` cannot be this setting, or None."""
+        # bool is an int to Python, never to a reader of the settings.
+        if not isinstance(value, self.types) or (
+            isinstance(value, bool) and bool not in self.types
+        ):
+            return Problem(
+                self.type_error_id,
+                f"{SETTING_NAME}[{self.name!r}] must be of type "
+                f"{' or '.join(t.__name__ for t in self.types)}, not {value!r} "
+                f"({type(value).__name__}).",
+                self.hint,
+            )
+        if self.choices and value not in self.choices:
+            return Problem(
+                self.error_id,
+                f"{SETTING_NAME}[{self.name!r}] is {value!r}.",
+                "Use " + ", ".join(repr(c) for c in self.choices) + ".",
+            )
+        low, high = self.minimum, self.maximum
+        if (
+            (low is not None and (value <= low if self.above else value < low))
+            or high is not None
+            and value > high
+        ):
+            if high is not None:
+                wanted = f"between {low:g} and {high:g}"
+            else:
+                wanted = f"{'more than' if self.above else 'at least'} {low:g}"
+            return Problem(
+                self.error_id,
+                f"{SETTING_NAME}[{self.name!r}] must be {wanted}, not {value!r}.",
+                self.hint,
+            )
+        return None
+
+
+_NUMBER = (int, float)
 
 
 class Settings:
-    """One typed property per setting; nothing is cached, so override_settings works."""
+    """Every setting of django_throttle, each declared once."""
 
-    @property
-    def raw(self) -> dict[str, Any]:
-        value = getattr(settings, SETTING_NAME, {})
-        return value if isinstance(value, dict) else {}
+    CACHE = Setting[str](
+        "default",
+        (str,),
+        hint="Set it to the alias of your django-redis cache, e.g. 'default'.",
+    )
+    BACKEND = Setting[str](
+        "auto", (str,), choices=("auto", "redis", "memory"), error_id=E_BAD_CHOICE
+    )
+    FAIL_OPEN = Setting[bool](True, (bool,))
+    TRUSTED_PROXIES = Setting[int](
+        0,
+        (int,),
+        minimum=0,
+        error_id=E_TRUSTED_PROXIES,
+        type_error_id=E_TRUSTED_PROXIES,
+        hint="The number of proxies in front of Django that append to X-Forwarded-For; "
+        "0 uses REMOTE_ADDR only.",
+    )
+    IPV6_PREFIX = Setting[int](
+        64,
+        (int,),
+        minimum=0,
+        maximum=128,
+        error_id=E_IPV6_PREFIX,
+        hint="64 keys an IPv6 client by its /64 network, the usual size of one customer's.",
+    )
+    RULES_REFRESH = Setting[float](1.0, _NUMBER, convert=float, minimum=0)
+    HEADERS = Setting[bool](True, (bool,))
+    KEY_FUNCTIONS = Setting[dict[str, str]]({}, (dict,))
+    KEY_PREFIX = Setting[str]("thr", (str,))
+    REJECTION_VIEW = Setting["str | None"](None, (str, type(None)))
+    TIMEOUT = Setting[float](0.1, _NUMBER, convert=float, minimum=0, above=True)
+    CONNECT_TIMEOUT = Setting[float](0.1, _NUMBER, convert=float, minimum=0, above=True)
+    BREAKER_INTERVAL = Setting[float](2.0, _NUMBER, convert=float, minimum=0)
+    LOCAL_FALLBACK = Setting[bool](True, (bool,))
+    FLUSH_INTERVAL = Setting[float](10.0, _NUMBER, convert=float, minimum=0, above=True)
+    RETENTION_DAYS = Setting[int](30, (int,), minimum=1)
 
-    def _get(self, name: str) -> Any:
-        return self.raw.get(name, DEFAULTS[name])
-
-    @property
-    def CACHE(self) -> str:
-        return self._get("CACHE")
-
-    @property
-    def BACKEND(self) -> str:
-        return self._get("BACKEND")
-
-    @property
-    def FAIL_OPEN(self) -> bool:
-        return self._get("FAIL_OPEN")
-
-    @property
-    def TRUSTED_PROXIES(self) -> int:
-        return self._get("TRUSTED_PROXIES")
-
-    @property
-    def IPV6_PREFIX(self) -> int:
-        return self._get("IPV6_PREFIX")
-
-    @property
-    def RULES_REFRESH(self) -> float:
-        return float(self._get("RULES_REFRESH"))
-
-    @property
-    def HEADERS(self) -> bool:
-        return self._get("HEADERS")
-
-    @property
-    def KEY_FUNCTIONS(self) -> dict[str, str]:
-        return self._get("KEY_FUNCTIONS")
-
-    @property
-    def KEY_PREFIX(self) -> str:
-        return self._get("KEY_PREFIX")
-
-    @property
-    def REJECTION_VIEW(self) -> str | None:
-        return self._get("REJECTION_VIEW")
-
-    @property
-    def TIMEOUT(self) -> float:
-        return float(self._get("TIMEOUT"))
-
-    @property
-    def CONNECT_TIMEOUT(self) -> float:
-        return float(self._get("CONNECT_TIMEOUT"))
-
-    @property
-    def BREAKER_INTERVAL(self) -> float:
-        return float(self._get("BREAKER_INTERVAL"))
-
-    @property
-    def LOCAL_FALLBACK(self) -> bool:
-        return self._get("LOCAL_FALLBACK")
-
-    @property
-    def FLUSH_INTERVAL(self) -> float:
-        return float(self._get("FLUSH_INTERVAL"))
-
-    @property
-    def RETENTION_DAYS(self) -> int:
-        return self._get("RETENTION_DAYS")
+    @classmethod
+    def declared(cls) -> dict[str, Setting[Any]]:
+        """Every setting, by name, in declaration order."""
+        return {name: v for name, v in vars(cls).items() if isinstance(v, Setting)}
 
     @property
     def cache_backend_path(self) -> str | None:
         """Dotted path of the BACKEND of the configured cache, None if the alias is unknown."""
         cache = getattr(settings, "CACHES", {}).get(self.CACHE)
-        return None if cache is None else cache.get("BACKEND", "")
+        return None if cache is None else str(cache.get("BACKEND", ""))
 
     @property
     def uses_redis(self) -> bool:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .rules import CompiledRule
+from .choices import Action
+from .compiled import CompiledRule
 from .store import Result
 
 
@@ -23,20 +24,21 @@ class Decision:
     period: int | None = None  # seconds: the deciding rule's window, for RateLimit-Policy
     delay: float = 0.0  # seconds to hold an admitted request (leaky bucket, action delay)
     unavailable: bool = False  # rejected because the store is down and the rule fails closed
+    identity: str | None = None  # of an unavailable decision: the client, if it is known
     results: tuple[Result, ...] = field(default=(), repr=False)
 
 
 def from_results(results: Sequence[Result]) -> Decision:
     """Sum up one store call: rejected if any enforcing rule rejected."""
-    rejecting = [r for r in results if not r.allowed and r.rule.action != "log"]
+    rejecting = [r for r in results if not r.allowed and r.rule.enforcing]
     if rejecting:
         deciding = max(rejecting, key=lambda r: r.retry_after)
         return _decision(False, deciding, results, deciding.retry_after)
-    enforcing = [r for r in results if r.rule.action != "log"]
+    enforcing = [r for r in results if r.rule.enforcing]
     if not enforcing:
         return Decision(allowed=True, results=tuple(results))
     deciding = min(enforcing, key=lambda r: (r.remaining, -r.reset_at))
-    delay = max((r.delay for r in enforcing if r.rule.action == "delay"), default=0.0)
+    delay = max((r.delay for r in enforcing if r.rule.action == Action.DELAY), default=0.0)
     return _decision(True, deciding, results, 0.0, delay)
 
 
@@ -60,8 +62,8 @@ def _decision(
     )
 
 
-def unavailable(rule: CompiledRule, retry_after: float) -> Decision:
-    """A fail-closed rule while the store is unreachable."""
+def unavailable(rule: CompiledRule, retry_after: float, identity: str | None = None) -> Decision:
+    """A fail-closed rule while the store is unreachable (or its key cannot be computed)."""
     return Decision(
         allowed=False,
         limit=rule.limit,
@@ -70,4 +72,5 @@ def unavailable(rule: CompiledRule, retry_after: float) -> Decision:
         rule=rule.name,
         period=rule.period,
         unavailable=True,
+        identity=identity,
     )

@@ -2,99 +2,18 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from functools import wraps
 from typing import Any, TypeVar
 
 from asgiref.sync import iscoroutinefunction
 
-from .conf import conf
-from .models import Action, Algorithm, KeyKind
+from .choices import ALGORITHMS_WITH_BURST, CODE_KEY_KINDS, Algorithm
+from .engine import SPECS_ATTR, aenforce, enforce, finish, state_of
 from .rates import parse_rate
-from .responses import add_headers
-from .rules import CompiledRule, RuleSet, state_prefix
-from .throttling import (
-    SEEN_ATTR,
-    SPECS_ATTR,
-    aenforce,
-    agather,
-    enforce,
-    for_headers,
-    gather,
-    pending_specs,
-)
+from .rules import DefaultRule, ScopeSpec, register
 
 V = TypeVar("V", bound=Callable[..., Any])
-
-# Code defaults by scope, so reset(scope, ...) can find them too.
-code_defaults: dict[str, list[ScopeSpec]] = {}
-
-
-class DefaultRule:
-    """A rule written in code (``rate=``), built lazily: the key prefix comes from settings."""
-
-    def __init__(self, scope: str, rate: str, key: str, algorithm: str, burst: int | None):
-        self.scope, self.rate, self.key, self.algorithm, self.burst = (
-            scope,
-            parse_rate(rate),
-            key,
-            algorithm,
-            burst,
-        )
-        digest = hashlib.blake2b(
-            f"{scope}|{self.rate}|{key}|{algorithm}|{burst}".encode(), digest_size=4
-        ).hexdigest()
-        self.rule_id = "c" + digest
-        self._compiled: tuple[str, CompiledRule] | None = None
-
-    def compile(self) -> CompiledRule:
-        prefix = state_prefix(self.rule_id, self.algorithm)
-        if self._compiled is None or self._compiled[0] != prefix:
-            self._compiled = (
-                prefix,
-                CompiledRule(
-                    id=0,
-                    name=self.scope,
-                    scope=self.scope,
-                    methods=None,
-                    key_kind=self.key,
-                    key_arg="",
-                    key_function=None,
-                    limit=self.rate.limit,
-                    period=self.rate.period,
-                    algorithm=self.algorithm,
-                    burst=self.burst or self.rate.limit,
-                    action=Action.REJECT,
-                    fail_mode="default",
-                    state_prefix=prefix,
-                ),
-            )
-        return self._compiled[1]
-
-
-class ScopeSpec:
-    """One ``@throttle(scope, ...)``: a scope name, its code default and its cost."""
-
-    __slots__ = ("scope", "default", "cost")
-
-    def __init__(self, scope: str, default: DefaultRule | None, cost: Any) -> None:
-        self.scope = scope
-        self.default = default
-        self.cost = cost
-
-    def rules(self, ruleset: RuleSet, method: str) -> list[CompiledRule]:
-        # An enabled admin rule for the scope replaces the code default.
-        if ruleset.has_scope(self.scope):
-            return ruleset.for_scope(self.scope, method)
-        return [self.default.compile()] if self.default is not None else []
-
-    def cost_of(self, request: Any) -> int:
-        cost = self.cost(request) if callable(self.cost) else self.cost
-        return max(1, int(cost))
-
-
-_CODE_KEY_KINDS = (KeyKind.IP, KeyKind.USER, KeyKind.USER_OR_IP, KeyKind.GLOBAL)
 
 
 def throttle(
@@ -110,19 +29,21 @@ def throttle(
     the admin has no enabled rule for the scope."""
     if not scope or not isinstance(scope, str) or scope[0] in "*/^" or " " in scope:
         raise ValueError(f"@throttle scope {scope!r} must be a name such as 'login'.")
-    if key not in _CODE_KEY_KINDS:
-        raise ValueError(f"@throttle key {key!r} must be one of {', '.join(_CODE_KEY_KINDS)}.")
+    if key not in CODE_KEY_KINDS:
+        raise ValueError(f"@throttle key {key!r} must be one of {', '.join(CODE_KEY_KINDS)}.")
     if algorithm not in Algorithm.values:
         raise ValueError(
             f"@throttle algorithm {algorithm!r} must be one of {', '.join(Algorithm.values)}."
         )
-    if burst is not None and algorithm not in ("token_bucket", "leaky_bucket"):
+    if burst is not None and algorithm not in ALGORITHMS_WITH_BURST:
         raise ValueError("@throttle burst= needs algorithm token_bucket or leaky_bucket.")
     if not callable(cost) and (not isinstance(cost, int) or cost < 1):
         raise ValueError("@throttle cost= must be a positive int or a function of the request.")
-    default = DefaultRule(scope, rate, key, algorithm, burst) if rate is not None else None
+    default = (
+        DefaultRule(scope, parse_rate(rate), key, algorithm, burst) if rate is not None else None
+    )
     spec = ScopeSpec(scope, default, cost)
-    code_defaults.setdefault(scope, []).append(spec)
+    register(spec)
 
     def decorator(view: V) -> V:
         specs = [spec, *getattr(view, SPECS_ATTR, ())]
@@ -130,26 +51,20 @@ def throttle(
 
             @wraps(view)
             async def async_wrapper(request: Any, *args: Any, **kwargs: Any) -> Any:
-                pending = pending_specs(request, specs)
-                if pending:
-                    rejection = await aenforce(request, await agather(request, pending))
-                    if rejection is not None:
-                        return rejection
-                response = await view(request, *args, **kwargs)
-                return _with_headers(request, response)
+                rejection = await aenforce(request, specs)
+                if rejection is not None:
+                    return rejection
+                return _finish(request, await view(request, *args, **kwargs))
 
             wrapper: Any = async_wrapper
         else:
 
             @wraps(view)
             def sync_wrapper(request: Any, *args: Any, **kwargs: Any) -> Any:
-                pending = pending_specs(request, specs)
-                if pending:
-                    rejection = enforce(request, gather(request, pending))
-                    if rejection is not None:
-                        return rejection
-                response = view(request, *args, **kwargs)
-                return _with_headers(request, response)
+                rejection = enforce(request, specs)
+                if rejection is not None:
+                    return rejection
+                return _finish(request, view(request, *args, **kwargs))
 
             wrapper = sync_wrapper
         setattr(wrapper, SPECS_ATTR, specs)
@@ -158,10 +73,8 @@ def throttle(
     return decorator
 
 
-def _with_headers(request: Any, response: Any) -> Any:
+def _finish(request: Any, response: Any) -> Any:
     # With the middleware installed, it writes the headers once, for every decision made.
-    if conf.HEADERS and not getattr(request, SEEN_ATTR, False) and hasattr(response, "__setitem__"):
-        decision = for_headers(request)
-        if decision is not None:
-            add_headers(response, decision)
-    return response
+    if state_of(request).middleware:
+        return response
+    return finish(request, response)

@@ -12,8 +12,9 @@ import ipaddress
 import logging
 from typing import Any
 
+from .choices import KeyKind
+from .compiled import CompiledRule
 from .conf import conf
-from .rules import CompiledRule
 
 logger = logging.getLogger("django_throttle")
 
@@ -75,6 +76,9 @@ def _user_pk(request: Any) -> str | None:
     return str(user.pk)
 
 
+_ADDRESS_OR_USER = frozenset({KeyKind.IP, KeyKind.USER, KeyKind.USER_OR_IP})
+
+
 def identity(rule: CompiledRule, request: Any, memo: dict[str, str | None]) -> str | None:
     """The identity this rule counts the request under, or None if the rule does not count it.
 
@@ -82,29 +86,29 @@ def identity(rule: CompiledRule, request: Any, memo: dict[str, str | None]) -> s
     user are worked out once per request.
     """
     kind = rule.key_kind
-    if kind == "global":
+    if kind == KeyKind.GLOBAL:
         return "global"
-    if kind in ("ip", "user", "user_or_ip"):
-        if kind != "ip":
+    if kind in _ADDRESS_OR_USER:
+        if kind != KeyKind.IP:
             if "user" not in memo:
                 memo["user"] = _user_pk(request)
             pk = memo["user"]
             if pk is not None:
                 return "user:" + pk
-            if kind == "user":
+            if kind == KeyKind.USER:
                 return None  # anonymous requests are not counted by a user rule
         if "ip" not in memo:
             memo["ip"] = client_ip(request)
         return "ip:" + memo["ip"]  # type: ignore[operator]
-    if kind == "header":
+    if kind == KeyKind.HEADER:
         value = request.META.get(rule.header_meta_key)
         return None if value is None or value == "" else "header:" + value
-    if kind == "param":
+    if kind == KeyKind.PARAM:
         value = request.GET.get(rule.key_arg)
         if value is None and request.method == "POST":
             value = request.POST.get(rule.key_arg)
         return None if value is None or value == "" else "param:" + value
-    if kind == "custom":
+    if kind == KeyKind.CUSTOM:
         assert rule.key_function is not None
         value = rule.key_function(request)
         return None if value is None else "custom:" + str(value)

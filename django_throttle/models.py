@@ -12,54 +12,35 @@ from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from .choices import (
+    ALGORITHMS_WITH_BURST,
+    KEY_KINDS_WITH_ARG,
+    Action,
+    Algorithm,
+    FailMode,
+    KeyKind,
+    RejectionAction,
+    Unit,
+)
 from .conf import conf
-from .rates import DAY, HOUR, MINUTE, SECOND
+from .signals import rules_written
+
+__all__ = [
+    "Action",
+    "Algorithm",
+    "Dashboard",
+    "FailMode",
+    "KeyKind",
+    "Rejection",
+    "RejectionAction",
+    "Rule",
+    "Unit",
+]
 
 MAX_LIMIT = 1_000_000_000
 _METHOD_RE = re.compile(r"^[A-Z]+$")
 _HEADER_RE = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")  # an RFC 9110 token
 _SCOPE_NAME_RE = re.compile(r"^[^\s/^*][^\s]*$")
-
-
-class Unit(models.TextChoices):
-    SECOND = SECOND, _("second")
-    MINUTE = MINUTE, _("minute")
-    HOUR = HOUR, _("hour")
-    DAY = DAY, _("day")
-
-
-class KeyKind(models.TextChoices):
-    IP = "ip", _("client IP address")
-    USER = "user", _("authenticated user")
-    USER_OR_IP = "user_or_ip", _("user, or IP when anonymous")
-    HEADER = "header", _("request header")
-    PARAM = "param", _("query or form parameter")
-    GLOBAL = "global", _("one counter for everyone")
-    CUSTOM = "custom", _("custom key function")
-
-
-class Algorithm(models.TextChoices):
-    TOKEN_BUCKET = "token_bucket", _("token bucket")
-    LEAKY_BUCKET = "leaky_bucket", _("leaky bucket")
-    FIXED_WINDOW = "fixed_window", _("fixed window")
-    SLIDING_WINDOW_LOG = "sliding_window_log", _("sliding window log")
-    SLIDING_WINDOW_COUNTER = "sliding_window_counter", _("sliding window counter")
-
-
-class Action(models.TextChoices):
-    REJECT = "reject", _("reject with 429")
-    DELAY = "delay", _("delay until the slot (leaky bucket)")
-    LOG = "log", _("log only (shadow mode)")
-
-
-class FailMode(models.TextChoices):
-    DEFAULT = "default", _("as the FAIL_OPEN setting says")
-    OPEN = "open", _("open: admit while the store is down")
-    CLOSED = "closed", _("closed: answer 503 while the store is down")
-
-
-KEY_KINDS_WITH_ARG = frozenset({KeyKind.HEADER, KeyKind.PARAM, KeyKind.CUSTOM})
-ALGORITHMS_WITH_BURST = frozenset({Algorithm.TOKEN_BUCKET, Algorithm.LEAKY_BUCKET})
 
 
 class RuleQuerySet(models.QuerySet["Rule"]):
@@ -90,9 +71,7 @@ class RuleQuerySet(models.QuerySet["Rule"]):
 
 
 def _announce_change() -> None:
-    from .rules import rules_changed
-
-    rules_changed()
+    rules_written.send(sender=Rule)
 
 
 class Rule(models.Model):
@@ -317,12 +296,6 @@ def _key_arg_missing(kind: str) -> str:
 
 
 # -- the rejection log -----------------------------------------------------------------
-
-
-class RejectionAction(models.TextChoices):
-    REJECT = "reject", _("rejected (429)")
-    UNAVAILABLE = "unavailable", _("store down, failed closed (503)")
-    SHADOW = "shadow", _("would reject (log-only rule)")
 
 
 class Rejection(models.Model):

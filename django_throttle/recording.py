@@ -35,23 +35,25 @@ import re
 import threading
 import time
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.conf import settings
 from django.db import connections, router, transaction
 from django.utils import timezone as django_timezone
 
+from .choices import RejectionAction
 from .conf import conf
-from .keys import identity as identity_of
-from .rules import CompiledRule, get_rules
-from .store.base import digest
-
-if TYPE_CHECKING:
-    from .decision import Decision
+from .decision import Decision
+from .keyspace import digest
+from .models import Rejection
 
 logger = logging.getLogger("django_throttle")
 
-REJECT, UNAVAILABLE, SHADOW = "reject", "unavailable", "shadow"
+REJECT, UNAVAILABLE, SHADOW = (
+    RejectionAction.REJECT.value,
+    RejectionAction.UNAVAILABLE.value,
+    RejectionAction.SHADOW.value,
+)
 ACTIONS = (REJECT, UNAVAILABLE, SHADOW)
 
 MAX_KEYS = 10_000  # distinct (rule, client, action, minute) entries buffered per interval
@@ -238,16 +240,17 @@ def flush() -> int:
 _note_failed = False
 
 
-def note(request: Any, decision: Decision) -> None:
-    """Count the rejections of one decision; called by throttling.announce for every decision."""
+def note(decision: Decision) -> None:
+    """Count the rejections of one decision (free when it admitted and no shadow rule would
+    have rejected)."""
     if decision.allowed:
         for result in decision.results:
             if not result.allowed:
                 break
         else:
-            return  # admitted, and no shadow rule would have rejected it
+            return
     try:
-        _note(request, decision)
+        _note(decision)
     except Exception:
         global _note_failed
         if not _note_failed:
@@ -255,48 +258,18 @@ def note(request: Any, decision: Decision) -> None:
             logger.exception("django_throttle: a rejection could not be recorded")
 
 
-def _note(request: Any, decision: Decision) -> None:
-    memo: dict[str, str | None] = {}
+def _note(decision: Decision) -> None:
     if decision.unavailable and decision.rule is not None:
-        rule = _rule_named(decision.rule)
-        rejection_log.add(decision.rule, _identity(rule, request, memo), UNAVAILABLE)
+        rejection_log.add(decision.rule, decision.identity or UNKNOWN_IDENTITY, UNAVAILABLE)
     elif not decision.allowed:
         for result in decision.results:
             rule = result.rule
-            if rule.name == decision.rule and not result.allowed and rule.action != "log":
+            if rule.name == decision.rule and not result.allowed and rule.enforcing:
                 rejection_log.add(rule.name, result.identity, REJECT)
                 break
     for result in decision.results:
-        if not result.allowed and result.rule.action == "log":
+        if not result.allowed and not result.rule.enforcing:
             rejection_log.add(result.rule.name, result.identity, SHADOW)
-
-
-def _identity(rule: CompiledRule | None, request: Any, memo: dict[str, str | None]) -> str:
-    # Only for a fail-closed 503, which has no store result: worked out again from the
-    # request.
-    if rule is None:
-        return UNKNOWN_IDENTITY
-    try:
-        who = identity_of(rule, request, memo)
-    except Exception:
-        return UNKNOWN_IDENTITY
-    return who or UNKNOWN_IDENTITY
-
-
-def _rule_named(name: str) -> CompiledRule | None:
-    try:
-        rules = get_rules().rules  # refreshed moments ago by the decision: no query
-    except Exception:  # e.g. due for a reload inside an event loop: count the client as unknown
-        return None
-    for rule in rules:
-        if rule.name == name:
-            return rule
-    from .decorators import code_defaults
-
-    for spec in code_defaults.get(name, ()):
-        if spec.default is not None:
-            return spec.default.compile()
-    return None
 
 
 # -- the database ---------------------------------------------------------------------------
@@ -312,8 +285,6 @@ def _minute(epoch: int) -> datetime:
 
 def write(counts: dict[Entry, list[Any]], upsert: bool | None = None) -> None:
     """Add these counts to the rejection log, in one transaction."""
-    from .models import Rejection
-
     using = router.db_for_write(Rejection)
     connection = connections[using]
     rows = [
@@ -331,8 +302,6 @@ def write(counts: dict[Entry, list[Any]], upsert: bool | None = None) -> None:
 
 def _upsert(connection: Any, rows: list[tuple[Any, ...]]) -> None:
     """INSERT ... ON CONFLICT DO UPDATE SET count = count + excluded.count, in batches."""
-    from .models import Rejection
-
     meta = Rejection._meta
     quote = connection.ops.quote_name
     fields = [meta.get_field(name) for name in _FIELDS]
@@ -360,8 +329,6 @@ def _read_modify_write(using: str, rows: list[tuple[Any, ...]]) -> None:
     """For databases without ON CONFLICT: lock the existing rows, add, insert the others. A
     concurrent insert of the same row raises IntegrityError; the flush keeps the counts and
     the next one adds them."""
-    from .models import Rejection
-
     wanted = {(r[0], r[1], r[3], r[4]): r for r in rows}
     manager = Rejection.objects.using(using)
     existing = manager.select_for_update().filter(
@@ -383,8 +350,6 @@ def _read_modify_write(using: str, rows: list[tuple[Any, ...]]) -> None:
 
 def prune(days: int | None = None) -> int:
     """Delete the rejection counts older than ``days`` (default RETENTION_DAYS); return how many."""
-    from .models import Rejection
-
     days = conf.RETENTION_DAYS if days is None else days
     cutoff = django_timezone.now() - timedelta(days=days)
     deleted, _ = Rejection.objects.filter(minute__lt=cutoff).delete()

@@ -40,7 +40,7 @@ def redis_server() -> RedisServer:
 @pytest.fixture(autouse=True)
 def _clean_state(redis_server: RedisServer) -> Iterator[None]:
     """Each test starts with an empty Redis and no cached rules or connections."""
-    from django_throttle import throttling
+    from django_throttle.engine import flow
     from django_throttle.recording import rejection_log
     from django_throttle.rules import reset_rule_cache
     from django_throttle.store import reset_store
@@ -56,7 +56,7 @@ def _clean_state(redis_server: RedisServer) -> Iterator[None]:
     reset_rule_cache()
     reset_store()
     rejection_log.discard()  # no rejection counted by another test is flushed into this one
-    throttling._key_errors_logged.clear()
+    flow._key_errors_logged.clear()
     yield
     reset_rule_cache()
     reset_store()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django_throttle.rules import CompiledRule, state_prefix
+from django_throttle.compiled import CompiledRule, build_rule
 
 US = 1_000_000
 HOUR = 3600
@@ -30,21 +30,14 @@ def make_rule(
     rule_id: int = 1,
 ) -> CompiledRule:
     """A compiled rule as the rule cache would build it; ``burst`` defaults to ``limit``."""
-    return CompiledRule(
+    return build_rule(
         id=rule_id,
         name=f"rule-{rule_id}",
-        scope="*",
-        methods=None,
-        key_kind="ip",
-        key_arg="",
-        key_function=None,
+        algorithm=algorithm,
         limit=limit,
         period=period,
-        algorithm=algorithm,
-        burst=limit if burst is None else burst,
+        burst=burst,
         action=action,
-        fail_mode="default",
-        state_prefix=state_prefix(str(rule_id), algorithm),
     )
 
 

@@ -11,6 +11,7 @@ import importlib.util
 import math
 import os
 import time
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -56,9 +57,9 @@ def traffic() -> None:
     rule("api", "api", 30)
     rule("search-trial", "search", 5, action="log")
     for ip, requests in ((TOP_CLIENT, 15), ("198.51.100.4", 8), ("192.0.2.44", 5)):
-        request = RequestFactory().post("/login/", REMOTE_ADDR=ip)
+        request = partial(RequestFactory().post, "/login/", REMOTE_ADDR=ip)
         for _ in range(requests):
-            check(request, "login")
+            check(request(), "login")
     for _ in range(40):
         check(RequestFactory().get("/api/", REMOTE_ADDR="192.0.2.10"), "api")
     for _ in range(12):

@@ -64,13 +64,25 @@ def test_e002_unknown_cache_alias():
 
 def test_e002_not_raised_for_a_known_alias():
     with override_settings(CACHES={**settings.CACHES, "throttle": LOCMEM}):
-        assert settings_ids(CACHE="throttle") == []
+        assert "django_throttle.E002" not in settings_ids(CACHE="throttle")
+
+
+def test_w002_limits_per_process_without_django_redis_outside_debug():
+    # Django's default cache, no django-redis: decisions fall back to each process's memory.
+    with override_settings(CACHES={"default": LOCMEM}):
+        messages = check_settings()
+        assert [m.id for m in messages] == ["django_throttle.W002"]
+        assert "each process's memory" in messages[0].msg
+        with override_settings(DEBUG=True):  # the runserver of a developer: no noise
+            assert settings_ids() == []
+        assert settings_ids(BACKEND="memory") == []  # per-process limits chosen on purpose
+    assert settings_ids() == []  # the test settings use django-redis
 
 
 def test_e003_redis_backend_on_a_cache_that_is_not_django_redis():
     with override_settings(CACHES={**settings.CACHES, "local": LOCMEM}):
         assert settings_ids(CACHE="local", BACKEND="redis") == ["django_throttle.E003"]
-        assert settings_ids(CACHE="local", BACKEND="auto") == []
+        assert settings_ids(CACHE="local", BACKEND="auto") == ["django_throttle.W002"]
         assert settings_ids(CACHE="local", BACKEND="memory") == []
     assert settings_ids(CACHE="default", BACKEND="redis") == []
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 import pytest
@@ -29,10 +30,10 @@ CLIENT_IP = "203.0.113.7"
 
 def reject(scope: str, ip: str = CLIENT_IP, times: int = 1) -> None:
     """Requests from ip until `times` of them were rejected under scope."""
-    request = RequestFactory().post("/", REMOTE_ADDR=ip)
+    request = partial(RequestFactory().post, "/", REMOTE_ADDR=ip)
     rejected = 0
     for _ in range(100):
-        rejected += not check(request, scope).allowed
+        rejected += not check(request(), scope).allowed
         if rejected == times:
             return
     raise AssertionError(f"{scope} did not reject {ip} {times} times")
@@ -233,8 +234,8 @@ def test_actions_are_told_apart(admin_client):
     rule("trial", "trial", 1, action="log")
     now = timezone.now().timestamp()
     rejection_log.add("closed", "ip:192.0.2.1", "unavailable", when=now)
-    trial = RequestFactory().post("/", REMOTE_ADDR="192.0.2.1")
-    assert [check(trial, "trial").allowed for _ in range(3)] == [True] * 3  # log only
+    trial = partial(RequestFactory().post, "/", REMOTE_ADDR="192.0.2.1")
+    assert [check(trial(), "trial").allowed for _ in range(3)] == [True] * 3  # log only
     flush()
     totals = {t["rule"]: t for t in admin_client.get(DATA).json()["totals"]}
     assert (totals["closed"]["unavailable"], totals["closed"]["reject"]) == (1, 0)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
+from functools import partial
 from typing import Any
 
 import pytest
@@ -294,8 +295,8 @@ def test_failed_login_view_counts_with_check(client: Any) -> None:
 
 def test_check_dry_run_and_reset() -> None:
     rule("login attempts", "login", 3, algorithm="token_bucket", unit="hour")
-    request = RequestFactory().post("/login/")  # REMOTE_ADDR 127.0.0.1
-    first = check(request, "login")
+    request = partial(RequestFactory().post, "/login/")  # REMOTE_ADDR 127.0.0.1
+    first = check(request(), "login")
     assert (first.allowed, first.limit, first.remaining, first.rule) == (
         True,
         3,
@@ -304,51 +305,51 @@ def test_check_dry_run_and_reset() -> None:
     )
     assert first.reset_at is not None and first.reset_at > time.time()
     for _ in range(2):
-        peek = check(request, "login", dry_run=True)
+        peek = check(request(), "login", dry_run=True)
         assert (peek.allowed, peek.remaining) == (True, 2)
-    assert check(request, "login").remaining == 1
-    assert check(request, "login").remaining == 0
-    refused = check(request, "login")
+    assert check(request(), "login").remaining == 1
+    assert check(request(), "login").remaining == 0
+    refused = check(request(), "login")
     assert not refused.allowed
     assert refused.rule == "login attempts"
     assert refused.retry_after > 0
-    peek = check(request, "login", dry_run=True)
+    peek = check(request(), "login", dry_run=True)
     assert (peek.allowed, peek.remaining) == (False, 0)
 
     assert reset("login", key="ip:127.0.0.1") == 1
-    assert check(request, "login", dry_run=True).remaining == 3
-    assert check(request, "login").allowed
+    assert check(request(), "login", dry_run=True).remaining == 3
+    assert check(request(), "login").allowed
 
 
 def test_reset_counts_every_rule_of_the_scope() -> None:
     rule("login a", "login", 1)
     rule("login b", "login", 5, key_kind="global")
-    request = RequestFactory().get("/")
-    check(request, "login")
-    assert not check(request, "login").allowed
+    request = partial(RequestFactory().get, "/")
+    check(request(), "login")
+    assert not check(request(), "login").allowed
     assert reset("login", key="ip:127.0.0.1") == 2
-    assert check(request, "login").allowed
+    assert check(request(), "login").allowed
 
 
 def test_check_names_the_deciding_rule() -> None:
     rule("wide", "login", 10, algorithm="token_bucket", unit="hour")
     rule("narrow", "login", 2, algorithm="token_bucket", unit="hour")
-    request = RequestFactory().get("/")
-    decision = check(request, "login")
+    request = partial(RequestFactory().get, "/")
+    decision = check(request(), "login")
     assert (decision.rule, decision.remaining) == ("narrow", 1)
-    check(request, "login")
-    refused = check(request, "login")
+    check(request(), "login")
+    refused = check(request(), "login")
     assert (refused.allowed, refused.rule) == (False, "narrow")
 
 
 def test_acheck_counts_like_check() -> None:
     rule("login attempts", "login", 2, algorithm="token_bucket", unit="hour")
-    request = RequestFactory().get("/")
+    request = partial(RequestFactory().get, "/")
 
     async def body() -> list[tuple[bool, int | None]]:
         out = []
         for dry_run in (False, True, False, False):
-            decision = await acheck(request, "login", dry_run=dry_run)
+            decision = await acheck(request(), "login", dry_run=dry_run)
             out.append((decision.allowed, decision.remaining))
         return out
 

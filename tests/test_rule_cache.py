@@ -171,7 +171,7 @@ def test_regexes_are_compiled_once_when_the_rule_set_is_built(monkeypatch):
     assert names(rules.for_path("/shop/", "GET")) == {"r2"}
 
 
-def test_scope_names_are_looked_up_by_name_only():
+def test_scopes_are_looked_up_as_written():
     rules = RuleSet(
         [compiled(1, "login"), compiled(2, "login"), compiled(3, "api:search"), compiled(4, "*")]
     )
@@ -181,7 +181,9 @@ def test_scope_names_are_looked_up_by_name_only():
     assert rules.has_scope("login")
     assert rules.has_scope("api:search")
     assert not rules.has_scope("export")
-    assert not rules.has_scope("*")
+    # for_scope() finds a rule by its scope as written, whatever its form (reset("*", ...)).
+    assert rules.has_scope("*")
+    assert names(rules.for_scope("*")) == {"r4"}
     # A scope name is not a path: it is never matched against the request path.
     assert names(rules.for_path("/login", "POST")) == {"r4"}
     assert names(rules.for_path("login", "POST")) == {"r4"}

@@ -1,11 +1,14 @@
-"""A Django REST framework throttle class applying the admin rules of a view's throttle_scope.
+"""A Django REST framework throttle class applying the rules of a view's throttle_scope.
 
     REST_FRAMEWORK = {"DEFAULT_THROTTLE_CLASSES": ["django_throttle.contrib.drf.RuleThrottle"]}
 
     class Orders(APIView):
         throttle_scope = "orders"   # rules of scope "orders", edited in the admin
 
-DRF stays optional: this module imports it, nothing else in django_throttle does.
+It decides as ``check()`` does (admin rules, else code defaults; a request already counted
+by a rule through the middleware is not counted again), and ThrottleMiddleware writes the
+rate-limit headers on DRF's responses, its 429s included. DRF stays optional: this module
+imports it, nothing else in django_throttle does.
 """
 
 from __future__ import annotations
@@ -15,15 +18,16 @@ from typing import Any
 from rest_framework.throttling import BaseThrottle
 
 from ..api import check
+from ..decision import Decision
 
 
-class RuleThrottle(BaseThrottle):
+class RuleThrottle(BaseThrottle):  # type: ignore[misc]
     """Decides through the same engine (one store call); ``wait()`` gives DRF its Retry-After."""
 
     scope_attr = "throttle_scope"
 
     def __init__(self) -> None:
-        self.decision: Any = None
+        self.decision: Decision | None = None
 
     def allow_request(self, request: Any, view: Any) -> bool:
         scope = getattr(view, self.scope_attr, None)
@@ -31,7 +35,7 @@ class RuleThrottle(BaseThrottle):
             return True
         # The DRF request proxies META, GET and POST, and carries DRF's authenticated user.
         self.decision = check(request, scope)
-        return bool(self.decision.allowed)
+        return self.decision.allowed
 
     def wait(self) -> float | None:
         if self.decision is None or self.decision.allowed:

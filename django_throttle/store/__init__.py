@@ -5,7 +5,9 @@ from __future__ import annotations
 import threading
 
 from ..conf import conf
-from .base import Check, Result, Store, admitted, digest, state_key
+from ..keyspace import digest
+from .base import Check, Result, Store, admitted, state_key
+from .fallback import reset_fallback
 from .memory import MemoryStore
 from .redis import RedisStore
 
@@ -40,8 +42,6 @@ def get_store() -> Store:
 
 def reset_store() -> None:
     """Build the store anew at next use, with a closed breaker and an empty fallback."""
-    from .fallback import reset_fallback
-
     global _store
     with _lock:
         old, _store = _store, None

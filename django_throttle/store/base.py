@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-import base64
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..rules import CompiledRule
-
-DIGEST_BYTES = 9  # 72 bits: 12 characters of base64, collision-free for any realistic client count
-
-
-def digest(identity: str) -> str:
-    """A fixed-length, key-safe digest of a client identity, whatever its length or characters."""
-    raw = hashlib.blake2b(identity.encode("utf-8", "surrogatepass"), digest_size=DIGEST_BYTES)
-    return base64.urlsafe_b64encode(raw.digest()).decode("ascii")
+from ..compiled import CompiledRule
+from ..keyspace import digest
 
 
 def state_key(rule: CompiledRule, identity: str) -> str:
@@ -58,4 +49,4 @@ class Store(Protocol):
 
 def admitted(results: Sequence[Result]) -> bool:
     """Whether a request with these results is let through (shadow rules never block)."""
-    return all(r.allowed or r.rule.action == "log" for r in results)
+    return all(r.allowed or not r.rule.enforcing for r in results)

@@ -13,6 +13,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from ..signals import store_state_changed
+
 logger = logging.getLogger("django_throttle")
 
 CLOSED, OPEN, PROBING = "closed", "open", "probing"
@@ -79,6 +81,4 @@ class Breaker:
 
 
 def _changed(**kwargs: object) -> None:
-    from ..signals import store_state_changed
-
     store_state_changed.send(Breaker, **kwargs)

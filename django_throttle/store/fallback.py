@@ -16,12 +16,12 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
+from ..compiled import CompiledRule
 from ..conf import conf
-from ..rules import CompiledRule
-from . import get_store
 from .base import Check, Result, Store
 from .breaker import Breaker
 from .memory import MemoryStore
+from .redis import AsyncRedisStore
 
 # Everything a Redis call raises when the server is down, hung, full, read-only,
 # loading, or answers a script error: redis-py wraps these in RedisError, apart from
@@ -38,8 +38,7 @@ class StoreUnavailable:
 
 
 def fails_closed(rule: CompiledRule) -> bool:
-    mode = rule.fail_mode
-    return mode == "closed" or (mode == "default" and not conf.FAIL_OPEN)
+    return rule.fails_closed(conf.FAIL_OPEN)
 
 
 breaker = Breaker(lambda: conf.BREAKER_INTERVAL)
@@ -87,8 +86,6 @@ async def _close_with_loop(store: Any) -> AsyncIterator[None]:
 
 
 async def _async_store() -> Any:
-    from .redis import AsyncRedisStore
-
     loop = asyncio.get_running_loop()
     entry = _async_stores.get(loop)
     if entry is None:
@@ -107,10 +104,10 @@ def reset_fallback() -> None:
 
 
 async def adecide_guarded(
-    checks: Sequence[Check], dry_run: bool
+    store_of: Callable[[], Store], checks: Sequence[Check], dry_run: bool
 ) -> list[Result] | StoreUnavailable:
     if not conf.uses_redis:
-        return decide_guarded(get_store, checks, dry_run)
+        return decide_guarded(store_of, checks, dry_run)
     if not breaker.allow():
         return _unavailable(checks, dry_run)
     try:

@@ -15,7 +15,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..rules import CompiledRule
+from ..compiled import CompiledRule
 from .base import Check, Result, state_key
 
 US = 1_000_000
@@ -66,7 +66,7 @@ class MemoryStore:
             for check in checks:
                 rule = check.rule
                 evaluation = self._evaluate(rule, state_key(rule, check.identity), now, check.cost)
-                if not evaluation[0] and rule.action != "log":
+                if not evaluation[0] and rule.enforcing:
                     admitted = False
                 evaluations.append(evaluation)
             commit = admitted and not dry_run

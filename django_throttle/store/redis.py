@@ -9,9 +9,10 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
+from ..compiled import CompiledRule
 from ..conf import conf
-from ..rules import ALGORITHM_CODES, CompiledRule
-from .base import Check, Result, digest, state_key
+from ..keyspace import ALGORITHM_CODES, digest
+from .base import Check, Result, state_key
 from .connections import ConnectionStack
 
 US = 1_000_000
@@ -166,7 +167,7 @@ def script_input(checks: Sequence[Check], dry_run: bool) -> tuple[list[str], lis
             rule.period,
             rule.burst,
             check.cost,
-            "0" if rule.action == "log" else "1",
+            "1" if rule.enforcing else "0",
         )
     return keys, args
 

@@ -1,5 +1,9 @@
 """Persist the rejection counts buffered in this process now, and prune if due."""
 
+from __future__ import annotations
+
+from typing import Any
+
 from django.core.management.base import BaseCommand
 
 from django_throttle.recording import flush
@@ -12,6 +16,6 @@ class Command(BaseCommand):
         "in-process, through call_command."
     )
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:
         written = flush()
         self.stdout.write(f"Flushed {written} rejection row(s).")

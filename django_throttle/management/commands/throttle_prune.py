@@ -1,5 +1,10 @@
 """Delete rejection counts older than RETENTION_DAYS (or --days)."""
 
+from __future__ import annotations
+
+from argparse import ArgumentParser
+from typing import Any
+
 from django.core.management.base import BaseCommand
 
 from django_throttle.conf import conf
@@ -9,12 +14,12 @@ from django_throttle.recording import prune
 class Command(BaseCommand):
     help = "Delete rejection counts older than DJANGO_THROTTLE['RETENTION_DAYS'] days."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument(
             "--days", type=int, default=None, help="Keep this many days instead of RETENTION_DAYS."
         )
 
-    def handle(self, *args, days, **options):
+    def handle(self, *args: Any, days: int | None, **options: Any) -> None:
         days = conf.RETENTION_DAYS if days is None else days
         deleted = prune(days)
         self.stdout.write(f"Deleted {deleted} rejection row(s) older than {days} days.")

@@ -1,22 +1,26 @@
 """Show the state of one client key under every rule of a scope, without consuming."""
 
+from __future__ import annotations
+
+from argparse import ArgumentParser
 from datetime import datetime, timezone
+from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_throttle.api import _rules_of
+from django_throttle.rules import get_rules, scope_rules
 from django_throttle.store import Check, get_store
 
 
 class Command(BaseCommand):
     help = "Show the state of a client key (ip:203.0.113.7, user:42, global) under a scope's rules."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("scope", help="The rules' scope, e.g. login or /api/.")
         parser.add_argument("key", help="The client key, as the dashboard shows it.")
 
-    def handle(self, *args, scope, key, **options):
-        rules = _rules_of(scope)
+    def handle(self, *args: Any, scope: str, key: str, **options: Any) -> None:
+        rules = scope_rules(get_rules(), scope)
         if not rules:
             raise CommandError(f"No rule of scope {scope!r} is enabled (nor a code default).")
         results = get_store().decide([Check(rule, key) for rule in rules], dry_run=True)

@@ -11,232 +11,31 @@ and without JavaScript; ``data/`` serves the same figures as JSON.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from datetime import timezone as dt_timezone
+from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
 from django import forms
-from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.auth import get_permission_codename, get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db.models import F, Max, QuerySet, Sum
-from django.db.models.functions import TruncHour
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
-from django.utils import dateformat, timezone
-from django.utils.html import format_html, format_html_join
-from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 
-from .conf import conf
-from .models import Rejection, Rule
-from .recording import ACTIONS, SHADOW, UNAVAILABLE, is_complete
-from .rules import compile_rule
-from .store import Check, get_store
-from .store.fallback import STORE_ERRORS
-
-
-@dataclass(frozen=True)
-class Period:
-    span: timedelta
-    bucket: int  # seconds per point of the chart
-    label: Any
-    tick_format: str  # django.utils.dateformat
-
-
-PERIODS = {
-    "hour": Period(timedelta(hours=1), 60, _("last hour"), "H:i"),
-    "day": Period(timedelta(days=1), 15 * 60, _("last day"), "H:i"),
-    "week": Period(timedelta(days=7), 2 * 3600, _("last week"), "D H:i"),
-}
-DEFAULT_PERIOD = "hour"
-MAX_SERIES = 8  # rules drawn one by one; the rest are summed as "other rules"
-TOP_KEYS = 20
-RECENT = 20
-PALETTE = (
-    "#2a78b5",
-    "#d1495b",
-    "#3a9b5c",
-    "#e8a33d",
-    "#7a5195",
-    "#00a5a8",
-    "#c7622b",
-    "#5c6b73",
-    "#999999",
-)
-OTHER_RULES = "(other rules)"
-
-
-# -- the figures ------------------------------------------------------------------------
-
-
-def dashboard_data(rule: str | None, period: str, now: datetime | None = None) -> dict[str, Any]:
-    """Everything the dashboard shows, for one rule (None: all) over one period."""
-    spec = PERIODS[period]
-    now = now or timezone.now()
-    epoch = _epoch(now)
-    end_epoch = (epoch // spec.bucket + 1) * spec.bucket
-    n = int(spec.span.total_seconds()) // spec.bucket
-    start_epoch = end_epoch - n * spec.bucket
-    start, end = _datetime(start_epoch), _datetime(end_epoch)
-    rows = Rejection.objects.filter(minute__gte=start, minute__lt=end)
-    if rule:
-        rows = rows.filter(rule=rule)
-
-    totals: dict[str, dict[str, int]] = {}
-    for row in rows.values("rule", "action").annotate(total=Sum("count")):
-        figures = totals.setdefault(row["rule"], dict.fromkeys((*ACTIONS, "total"), 0))
-        figures[row["action"]] += row["total"]
-        figures["total"] += row["total"]
-    by_total = sorted(totals, key=lambda name: (-totals[name]["total"], name))
-
-    drawn = by_total[:MAX_SERIES]
-    series = {name: [0] * n for name in drawn}
-    if len(by_total) > MAX_SERIES:
-        series[OTHER_RULES] = [0] * n
-    if spec.bucket >= 3600:  # a week: the database sums per hour, not per minute
-        tz = dt_timezone.utc if settings.USE_TZ else None
-        points = rows.annotate(at=TruncHour("minute", tzinfo=tz))
-    else:
-        points = rows.annotate(at=F("minute"))
-    for row in points.values("rule", "at").annotate(total=Sum("count")):
-        index = (_epoch(row["at"]) - start_epoch) // spec.bucket
-        if 0 <= index < n:
-            name = row["rule"] if row["rule"] in series else OTHER_RULES
-            series[name][index] += row["total"]
-
-    top = rows.values("rule", "key", "display").annotate(total=Sum("count"), last=Max("minute"))
-    top_keys = list(top.order_by("-total", "rule", "display")[:TOP_KEYS])
-    recent = list(
-        rows.order_by("-minute", "-count", "rule").values(
-            "minute", "rule", "key", "display", "action", "count"
-        )[:RECENT]
-    )
-    return {
-        "period": period,
-        "rule": rule or None,
-        "start": start,
-        "end": end,
-        "bucket_seconds": spec.bucket,
-        "buckets": [_datetime(start_epoch + i * spec.bucket) for i in range(n)],
-        "series": [{"rule": name, "counts": counts} for name, counts in series.items()],
-        "totals": [{"rule": name, **totals[name]} for name in by_total],
-        "top_keys": top_keys,
-        "recent": recent,
-    }
-
-
-def _datetime(epoch: int) -> datetime:
-    value = datetime.fromtimestamp(epoch, tz=dt_timezone.utc)
-    return value if settings.USE_TZ else timezone.make_naive(value)
-
-
-def _epoch(value: datetime) -> int:
-    if timezone.is_naive(value):
-        value = timezone.make_aware(value)
-    return int(value.timestamp())
-
-
-def _local(value: datetime) -> datetime:
-    return timezone.localtime(value) if timezone.is_aware(value) else value
-
-
-# -- the chart ----------------------------------------------------------------------------
-
-WIDTH, HEIGHT = 900, 240
-LEFT, RIGHT, TOP, BOTTOM = 48, 12, 12, 26
-
-
-def _nice_ceiling(value: int) -> int:
-    """The smallest of 1, 2, 5, 10, 20, 50, ... at least value."""
-    step = 1
-    while True:
-        for factor in (1, 2, 5):
-            if step * factor >= value:
-                return step * factor
-        step *= 10
-
-
-def chart_svg(data: dict[str, Any], tick_format: str) -> SafeString:
-    """Rejections over time, one line per rule, as inline SVG."""
-    buckets = data["buckets"]
-    n = len(buckets)
-    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
-    peak = max((max(s["counts"]) for s in data["series"]), default=0)
-    top = _nice_ceiling(max(peak, 1))
-
-    def x(i: int) -> float:
-        return LEFT + plot_w * i / max(n - 1, 1)
-
-    def y(v: float) -> float:
-        return TOP + plot_h * (1 - v / top)
-
-    parts = []
-    for value in (0, top / 2, top):
-        label = f"{value:g}"
-        parts.append(
-            format_html(
-                '<line class="grid" x1="{}" x2="{}" y1="{}" y2="{}"/>'
-                '<text class="axis" x="{}" y="{}" text-anchor="end">{}</text>',
-                LEFT,
-                WIDTH - RIGHT,
-                f"{y(value):.1f}",
-                f"{y(value):.1f}",
-                LEFT - 6,
-                f"{y(value) + 4:.1f}",
-                label,
-            )
-        )
-    for i in sorted({0, n // 2, n - 1}) if n else ():
-        anchor = "start" if i == 0 else "end" if i == n - 1 else "middle"
-        parts.append(
-            format_html(
-                '<text class="axis" x="{}" y="{}" text-anchor="{}">{}</text>',
-                f"{x(i):.1f}",
-                HEIGHT - 6,
-                anchor,
-                dateformat.format(_local(buckets[i]), tick_format),
-            )
-        )
-    for number, item in enumerate(data["series"]):
-        points = " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in enumerate(item["counts"]))
-        parts.append(
-            format_html(
-                '<polyline class="series" data-rule="{}" stroke="{}" points="{}">'
-                "<title>{}: {}</title></polyline>",
-                item["rule"],
-                PALETTE[number % len(PALETTE)],
-                points,
-                item["rule"],
-                sum(item["counts"]),
-            )
-        )
-    label = _("Rejections over time per rule")
-    return format_html(
-        '<svg class="throttle-chart" viewBox="0 0 {} {}" role="img" aria-label="{}" '
-        'xmlns="http://www.w3.org/2000/svg">{}</svg>',
-        WIDTH,
-        HEIGHT,
-        label,
-        mark_safe("".join(parts)),  # each part built with format_html
-    )
-
-
-def legend(data: dict[str, Any]) -> SafeString:
-    return format_html_join(
-        "",
-        '<li><span class="swatch" style="background:{}"></span>{} <small>({})</small></li>',
-        (
-            (PALETTE[i % len(PALETTE)], item["rule"], sum(item["counts"]))
-            for i, item in enumerate(data["series"])
-        ),
-    )
-
+from ..choices import KeyKind
+from ..conf import conf
+from ..models import Rule
+from ..recording import REJECT, SHADOW, UNAVAILABLE, is_complete
+from ..rules import compile_rule
+from ..store import Check, get_store
+from ..store.fallback import STORE_ERRORS
+from .chart import chart_svg, legend
+from .queries import DEFAULT_PERIOD, PERIODS, as_datetime, dashboard_data
 
 # -- forms --------------------------------------------------------------------------------
 
@@ -262,18 +61,18 @@ class ResetForm(forms.Form):
 
 
 KEY_PREFIXES = {
-    "ip": ("ip:",),
-    "user": ("user:",),
-    "user_or_ip": ("user:", "ip:"),
-    "header": ("header:",),
-    "param": ("param:",),
-    "custom": ("custom:",),
+    KeyKind.IP: ("ip:",),
+    KeyKind.USER: ("user:",),
+    KeyKind.USER_OR_IP: ("user:", "ip:"),
+    KeyKind.HEADER: ("header:",),
+    KeyKind.PARAM: ("param:",),
+    KeyKind.CUSTOM: ("custom:",),
 }
 
 
 def key_mismatch(rule: Rule, key: str) -> str | None:
     """Why this key cannot be one the rule counts, or None."""
-    if rule.key_kind == "global":
+    if rule.key_kind == KeyKind.GLOBAL:
         return None if key == "global" else str(_("This rule has one key for everyone: global."))
     prefixes = KEY_PREFIXES.get(rule.key_kind, ())
     if prefixes and not key.startswith(prefixes):
@@ -447,7 +246,7 @@ class DashboardAdmin(admin.ModelAdmin):
 
 
 ACTION_LABELS = {
-    "reject": _("rejected (429)"),
+    REJECT: _("rejected (429)"),
     UNAVAILABLE: _("failed closed (503)"),
     SHADOW: _("shadow"),
 }
@@ -489,7 +288,7 @@ def _states(rules: list[Rule], key: str) -> list[KeyState]:
             for (state, _check), result in zip(checks, results, strict=True):
                 state.limit = result.limit
                 state.remaining = result.remaining
-                state.reset_at = _datetime(int(result.reset_at + 0.999))
+                state.reset_at = as_datetime(int(result.reset_at + 0.999))
                 state.retry_after = result.retry_after
                 state.allowed = result.allowed
     return states

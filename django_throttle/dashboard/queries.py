@@ -1,0 +1,108 @@
+"""The dashboard's figures: rejections per rule over a period, top clients, recent rows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
+from typing import Any
+
+from django.conf import settings
+from django.db.models import F, Max, Sum
+from django.db.models.functions import TruncHour
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from ..models import Rejection
+from ..recording import ACTIONS
+
+
+@dataclass(frozen=True)
+class Period:
+    span: timedelta
+    bucket: int  # seconds per point of the chart
+    label: Any
+    tick_format: str  # django.utils.dateformat
+
+
+PERIODS = {
+    "hour": Period(timedelta(hours=1), 60, _("last hour"), "H:i"),
+    "day": Period(timedelta(days=1), 15 * 60, _("last day"), "H:i"),
+    "week": Period(timedelta(days=7), 2 * 3600, _("last week"), "D H:i"),
+}
+DEFAULT_PERIOD = "hour"
+MAX_SERIES = 8  # rules drawn one by one; the rest are summed as "other rules"
+TOP_KEYS = 20
+RECENT = 20
+OTHER_RULES = "(other rules)"
+
+
+def dashboard_data(rule: str | None, period: str, now: datetime | None = None) -> dict[str, Any]:
+    """Everything the dashboard shows, for one rule (None: all) over one period."""
+    spec = PERIODS[period]
+    now = now or timezone.now()
+    epoch = epoch_of(now)
+    end_epoch = (epoch // spec.bucket + 1) * spec.bucket
+    n = int(spec.span.total_seconds()) // spec.bucket
+    start_epoch = end_epoch - n * spec.bucket
+    start, end = as_datetime(start_epoch), as_datetime(end_epoch)
+    rows = Rejection.objects.filter(minute__gte=start, minute__lt=end)
+    if rule:
+        rows = rows.filter(rule=rule)
+
+    totals: dict[str, dict[str, int]] = {}
+    for row in rows.values("rule", "action").annotate(total=Sum("count")):
+        figures = totals.setdefault(row["rule"], dict.fromkeys((*ACTIONS, "total"), 0))
+        figures[row["action"]] += row["total"]
+        figures["total"] += row["total"]
+    by_total = sorted(totals, key=lambda name: (-totals[name]["total"], name))
+
+    drawn = by_total[:MAX_SERIES]
+    series = {name: [0] * n for name in drawn}
+    if len(by_total) > MAX_SERIES:
+        series[OTHER_RULES] = [0] * n
+    if spec.bucket >= 3600:  # a week: the database sums per hour, not per minute
+        tz = dt_timezone.utc if settings.USE_TZ else None
+        points = rows.annotate(at=TruncHour("minute", tzinfo=tz))
+    else:
+        points = rows.annotate(at=F("minute"))
+    for row in points.values("rule", "at").annotate(total=Sum("count")):
+        index = (epoch_of(row["at"]) - start_epoch) // spec.bucket
+        if 0 <= index < n:
+            name = row["rule"] if row["rule"] in series else OTHER_RULES
+            series[name][index] += row["total"]
+
+    top = rows.values("rule", "key", "display").annotate(total=Sum("count"), last=Max("minute"))
+    top_keys = list(top.order_by("-total", "rule", "display")[:TOP_KEYS])
+    recent = list(
+        rows.order_by("-minute", "-count", "rule").values(
+            "minute", "rule", "key", "display", "action", "count"
+        )[:RECENT]
+    )
+    return {
+        "period": period,
+        "rule": rule or None,
+        "start": start,
+        "end": end,
+        "bucket_seconds": spec.bucket,
+        "buckets": [as_datetime(start_epoch + i * spec.bucket) for i in range(n)],
+        "series": [{"rule": name, "counts": counts} for name, counts in series.items()],
+        "totals": [{"rule": name, **totals[name]} for name in by_total],
+        "top_keys": top_keys,
+        "recent": recent,
+    }
+
+
+def as_datetime(epoch: int) -> datetime:
+    value = datetime.fromtimestamp(epoch, tz=dt_timezone.utc)
+    return value if settings.USE_TZ else timezone.make_naive(value)
+
+
+def epoch_of(value: datetime) -> int:
+    if timezone.is_naive(value):
+        value = timezone.make_aware(value)
+    return int(value.timestamp())
+
+
+def local_time(value: datetime) -> datetime:
+    return timezone.localtime(value) if timezone.is_aware(value) else value

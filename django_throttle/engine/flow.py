@@ -1,0 +1,259 @@
+"""Deciding a request: what applies, its checks, one store call, the Decision, and what
+follows (signals, the rejection log, the 429). One sync and one async flow, shared by the
+middleware, the decorator, ``check()`` and the DRF throttle."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.http import HttpResponse, HttpResponseBase
+
+from .. import recording
+from ..compiled import CompiledRule
+from ..conf import conf
+from ..decision import Decision, from_results, unavailable
+from ..keys import identity
+from ..responses import RETRY_AFTER, X_LIMIT, add_headers, rejected, retry_after_seconds
+from ..rules import ScopeSpec, get_rules, request_rules
+from ..signals import request_throttled
+from ..store import Check, Result, get_store
+from ..store.fallback import StoreUnavailable, adecide_guarded, decide_guarded
+from .state import state_of
+
+logger = logging.getLogger("django_throttle")
+
+
+class Gathered:
+    """The checks still to decide for a request, the results of rules that already counted
+    it, or a decision already (a rule whose key cannot be computed and that fails closed)."""
+
+    __slots__ = ("checks", "earlier", "early")
+
+    def __init__(
+        self, checks: list[Check], earlier: list[Result], early: Decision | None = None
+    ) -> None:
+        self.checks = checks
+        self.earlier = earlier
+        self.early = early
+
+
+def gather(
+    request: Any,
+    specs: Iterable[ScopeSpec] = (),
+    *,
+    paths: bool = False,
+    url_name: str | None = None,
+    cost: int | None = None,
+    dry_run: bool = False,
+) -> Gathered:
+    """What applies to this request and has not counted it yet. ``cost`` replaces each
+    rule's cost (``check()``); a dry run looks at every rule, counted or not."""
+    state = state_of(request)
+    counted = state.counted
+    checks: list[Check] = []
+    earlier: list[Result] = []
+    memo: dict[str, str | None] = {}
+    for rule, rule_cost in request_rules(
+        get_rules(), request, specs, paths=paths, url_name=url_name
+    ):
+        done = counted.get(rule.state_prefix)
+        if done is not None and not dry_run:
+            earlier.append(done)
+            continue
+        try:
+            who = identity(rule, request, memo)
+        except Exception:
+            _log_key_error(rule)
+            if rule.fails_closed(conf.FAIL_OPEN):
+                return Gathered([], [], unavailable(rule, rule.period))
+            continue
+        if who is not None:
+            checks.append(Check(rule, who, rule_cost if cost is None else cost))
+    return Gathered(checks, earlier)
+
+
+async def agather(
+    request: Any,
+    specs: Iterable[ScopeSpec] = (),
+    *,
+    paths: bool = False,
+    url_name: str | None = None,
+    cost: int | None = None,
+    dry_run: bool = False,
+) -> Gathered:
+    """gather() for async callers: refreshing the rules and working out keys (request.user, a
+    key function) may query the database, which Django forbids inside the event loop."""
+    return await sync_to_async(gather)(
+        request, specs, paths=paths, url_name=url_name, cost=cost, dry_run=dry_run
+    )
+
+
+KEY_ERROR_LOG_EVERY = 60.0  # seconds: a broken key function is logged, not once per request
+_key_errors_logged: dict[str, float] = {}
+
+
+def _log_key_error(rule: CompiledRule) -> None:
+    now = time.monotonic()
+    if now - _key_errors_logged.get(rule.state_prefix, -KEY_ERROR_LOG_EVERY) >= KEY_ERROR_LOG_EVERY:
+        _key_errors_logged[rule.state_prefix] = now
+        logger.exception(
+            "django_throttle: the key of rule %r could not be computed; its fail mode applies "
+            "(logged at most once a minute)",
+            rule.name,
+        )
+
+
+def _summarize(checks: Sequence[Check], outcome: list[Result] | StoreUnavailable) -> Decision:
+    if isinstance(outcome, StoreUnavailable):
+        for check in checks:
+            if check.rule.fails_closed(conf.FAIL_OPEN):
+                return unavailable(check.rule, outcome.retry_after, check.identity)
+        if outcome.results is None:
+            return Decision(allowed=True)  # a fresh one: callers may keep it
+        return from_results(outcome.results)
+    return from_results(outcome)
+
+
+def decide(checks: Sequence[Check], dry_run: bool = False) -> Decision:
+    """One store call for these checks (none if there are none)."""
+    if not checks:
+        return Decision(allowed=True)  # a fresh one: callers may keep it
+    return _summarize(checks, decide_guarded(get_store, checks, dry_run))
+
+
+async def adecide(checks: Sequence[Check], dry_run: bool = False) -> Decision:
+    if not checks:
+        return Decision(allowed=True)  # a fresh one: callers may keep it
+    return _summarize(checks, await adecide_guarded(get_store, checks, dry_run))
+
+
+def settle(request: Any, gathered: Gathered, decision: Decision, dry_run: bool = False) -> Decision:
+    """Keep what was decided on the request, announce it, and return the decision over every
+    rule that applied (the ones decided earlier included)."""
+    if dry_run:
+        return decision
+    state = state_of(request)
+    if gathered.checks or decision.unavailable:
+        for result in decision.results:
+            state.counted[result.rule.state_prefix] = result
+        state.decisions.append(decision)
+        announce(request, decision)
+    if gathered.earlier and not decision.unavailable:
+        return from_results([*gathered.earlier, *decision.results])
+    return decision
+
+
+def announce(request: Any, decision: Decision) -> None:
+    """Count rejections for the dashboard, and send request_throttled for a rejection and for
+    each would-be rejection of a log-only rule."""
+    recording.note(decision)  # free when admitted
+    if not decision.allowed and decision.rule is not None:
+        request_throttled.send(
+            Decision, request=request, rule=decision.rule, decision=decision, shadow=False
+        )
+    for result in decision.results:
+        if not result.allowed and not result.rule.enforcing:
+            request_throttled.send(
+                Decision, request=request, rule=result.rule.name, decision=decision, shadow=True
+            )
+
+
+# -- the two flows ------------------------------------------------------------------------
+
+
+def evaluate(
+    request: Any,
+    specs: Iterable[ScopeSpec] = (),
+    *,
+    paths: bool = False,
+    url_name: str | None = None,
+    cost: int | None = None,
+    dry_run: bool = False,
+) -> Decision:
+    """Decide a request against what applies to it (sync)."""
+    gathered = gather(request, specs, paths=paths, url_name=url_name, cost=cost, dry_run=dry_run)
+    decision = gathered.early or decide(gathered.checks, dry_run)
+    return settle(request, gathered, decision, dry_run)
+
+
+async def aevaluate(
+    request: Any,
+    specs: Iterable[ScopeSpec] = (),
+    *,
+    paths: bool = False,
+    url_name: str | None = None,
+    cost: int | None = None,
+    dry_run: bool = False,
+) -> Decision:
+    """evaluate() for async callers: the store call never blocks the loop."""
+    gathered = await agather(
+        request, specs, paths=paths, url_name=url_name, cost=cost, dry_run=dry_run
+    )
+    decision = gathered.early or await adecide(gathered.checks, dry_run)
+    return settle(request, gathered, decision, dry_run)
+
+
+def enforce(
+    request: Any,
+    specs: Iterable[ScopeSpec] = (),
+    *,
+    paths: bool = False,
+    url_name: str | None = None,
+) -> HttpResponse | None:
+    """The rejection response, or None once the request may go on (after holding it, for a
+    delay rule)."""
+    decision = evaluate(request, specs, paths=paths, url_name=url_name)
+    if not decision.allowed:
+        return rejected(request, decision)
+    wait = delay_of(decision)
+    if wait:
+        time.sleep(wait)
+    return None
+
+
+async def aenforce(
+    request: Any,
+    specs: Iterable[ScopeSpec] = (),
+    *,
+    paths: bool = False,
+    url_name: str | None = None,
+) -> HttpResponse | None:
+    """enforce() for async callers: the store call and the wait never block the loop."""
+    decision = await aevaluate(request, specs, paths=paths, url_name=url_name)
+    if not decision.allowed:
+        return rejected(request, decision)
+    wait = delay_of(decision)
+    if wait:
+        await asyncio.sleep(wait)
+    return None
+
+
+def delay_of(decision: Decision) -> float:
+    """How long to hold an admitted request; never longer than its rule's queue allows."""
+    if decision.delay <= 0:
+        return 0.0
+    longest = max(
+        (r.rule.burst * r.rule.period / r.rule.limit for r in decision.results), default=0.0
+    )
+    return min(decision.delay, longest)
+
+
+def finish(request: Any, response: Any) -> Any:
+    """Write the rate-limit headers of the request's decisions on a response that has none:
+    our own 429s have them; a view's response, or a 429 of DRF's, does not."""
+    decision = state_of(request).for_headers()
+    if (
+        decision is not None
+        and (conf.HEADERS or not decision.allowed)
+        and isinstance(response, HttpResponseBase)
+        and not response.has_header(X_LIMIT)
+    ):
+        add_headers(response, decision)
+        if response.status_code in (429, 503) and not response.has_header(RETRY_AFTER):
+            response[RETRY_AFTER] = str(retry_after_seconds(decision))
+    return response

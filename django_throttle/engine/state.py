@@ -1,0 +1,57 @@
+"""What throttling knows about one request, kept in one object on the request."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..decision import Decision
+from ..rules import ScopeSpec
+from ..store import Result
+
+ATTR = "_django_throttle"
+SPECS_ATTR = "_throttle_specs"  # on a decorated view: its @throttle scopes, outermost first
+
+
+class RequestState:
+    """Every decision made for the request, and the result of each rule that counted it."""
+
+    __slots__ = ("counted", "decisions", "middleware", "paths_decided")
+
+    def __init__(self) -> None:
+        # Rule (by its state prefix) -> its result: a request is counted at most once per
+        # rule, whichever entry points (middleware, decorator, check(), DRF) see it.
+        self.counted: dict[str, Result] = {}
+        self.decisions: list[Decision] = []
+        self.middleware = False  # ThrottleMiddleware is in the chain: it writes the headers
+        self.paths_decided = False  # the path rules were decided before the view
+
+    def for_headers(self) -> Decision | None:
+        """The decision whose figures the response shows: a rejection, else the most
+        constrained (fewest remaining; ties go to the later reset)."""
+        decisions = [d for d in self.decisions if d.rule is not None]
+        if not decisions:
+            return None
+        for decision in decisions:
+            if not decision.allowed:
+                return decision
+        return min(decisions, key=lambda d: (d.remaining, -(d.reset_at or 0)))
+
+
+def state_of(request: Any) -> RequestState:
+    """The request's state, made on first use. A DRF Request shares its HttpRequest's."""
+    request = getattr(request, "_request", request)
+    state: RequestState | None = getattr(request, ATTR, None)
+    if state is None:
+        state = RequestState()
+        setattr(request, ATTR, state)
+    return state
+
+
+def view_specs(view_func: Any) -> list[ScopeSpec]:
+    """The @throttle scopes of a view: on the function, or on a class-based view's dispatch
+    (method_decorator copies the decorator's attributes onto it)."""
+    specs = getattr(view_func, SPECS_ATTR, None)
+    if specs is None:
+        view_class = getattr(view_func, "view_class", None)
+        specs = getattr(getattr(view_class, "dispatch", None), SPECS_ATTR, None)
+    return specs or []

@@ -1,0 +1,47 @@
+"""How state keys look in the store: ``{thr}<rule><algorithm>:<digest of the client>``."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+
+from .choices import Algorithm
+from .conf import conf
+
+ALGORITHM_CODES: dict[str, str] = {
+    Algorithm.FIXED_WINDOW: "f",
+    Algorithm.SLIDING_WINDOW_LOG: "l",
+    Algorithm.SLIDING_WINDOW_COUNTER: "c",
+    Algorithm.TOKEN_BUCKET: "t",
+    Algorithm.LEAKY_BUCKET: "b",
+}
+
+DIGEST_BYTES = 9  # 72 bits: 12 characters of base64, collision-free for any realistic client count
+
+
+def state_prefix(rule_key: str, algorithm: str) -> str:
+    """``{thr}12f:``: the key prefix of one rule's per-client state.
+
+    The braces make the prefix a Redis Cluster hash tag, so every key a request
+    touches is in one slot and one script call is valid on a cluster. The
+    algorithm's letter keeps state of another shape apart when a rule's
+    algorithm is changed.
+    """
+    return f"{{{conf.KEY_PREFIX}}}{rule_key}{ALGORITHM_CODES[algorithm]}:"
+
+
+def digest(identity: str) -> str:
+    """A fixed-length, key-safe digest of a client identity, whatever its length or characters."""
+    raw = hashlib.blake2b(identity.encode("utf-8", "surrogatepass"), digest_size=DIGEST_BYTES)
+    return base64.urlsafe_b64encode(raw.digest()).decode("ascii")
+
+
+def base36(number: int) -> str:
+    """A rule's primary key as it appears in its state keys (short, for the hot path)."""
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    out = ""
+    while True:
+        number, rest = divmod(number, 36)
+        out = digits[rest] + out
+        if not number:
+            return out

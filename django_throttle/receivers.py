@@ -1,0 +1,31 @@
+"""Signal receivers, connected by AppConfig.ready(): a rule written anywhere reloads every
+process's rules; a settings change rebuilds the store and the rule cache."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.signals import setting_changed
+from django.db.models.signals import post_delete, post_save
+
+from .models import Rule
+from .rules import reset_rule_cache, rules_changed
+from .signals import rules_written
+from .store import reset_store
+
+
+def rule_written(**kwargs: Any) -> None:
+    rules_changed()
+
+
+def settings_changed(setting: str, **kwargs: Any) -> None:
+    if setting in ("DJANGO_THROTTLE", "CACHES"):
+        reset_rule_cache()
+        reset_store()
+
+
+def connect() -> None:
+    post_save.connect(rule_written, sender=Rule, dispatch_uid="django_throttle.rule_saved")
+    post_delete.connect(rule_written, sender=Rule, dispatch_uid="django_throttle.rule_deleted")
+    rules_written.connect(rule_written, dispatch_uid="django_throttle.rules_written")
+    setting_changed.connect(settings_changed, dispatch_uid="django_throttle.setting_changed")

@@ -1,0 +1,39 @@
+"""Rules: loaded, compiled, cached and versioned per process; code defaults; selection."""
+
+from __future__ import annotations
+
+from ..compiled import CompiledRule, build_rule, compile_rule
+from .cache import (
+    DatabaseVersion,
+    RedisVersion,
+    RuleCache,
+    get_rules,
+    load_rules,
+    reset_rule_cache,
+    rule_cache,
+    rules_changed,
+)
+from .defaults import DefaultRule, ScopeSpec, defaults_of, register
+from .ruleset import RuleSet
+from .selection import request_rules, scope_rules
+
+__all__ = [
+    "CompiledRule",
+    "DatabaseVersion",
+    "DefaultRule",
+    "RedisVersion",
+    "RuleCache",
+    "RuleSet",
+    "ScopeSpec",
+    "build_rule",
+    "compile_rule",
+    "defaults_of",
+    "get_rules",
+    "load_rules",
+    "register",
+    "request_rules",
+    "reset_rule_cache",
+    "rule_cache",
+    "rules_changed",
+    "scope_rules",
+]

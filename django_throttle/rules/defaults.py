@@ -1,0 +1,86 @@
+"""Code defaults: the rules ``@throttle(scope, rate=...)`` writes in code, and where they are
+registered so every entry point (``check()``, ``reset()``, the dashboard) finds them."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from ..choices import Action
+from ..compiled import CompiledRule, build_rule
+from ..keyspace import state_prefix
+from ..rates import Rate
+
+Cost = int | Callable[[Any], int]
+
+
+class DefaultRule:
+    """A rule written in code, compiled lazily: its state keys depend on settings."""
+
+    def __init__(self, scope: str, rate: Rate, key: str, algorithm: str, burst: int | None) -> None:
+        self.scope, self.rate, self.key, self.algorithm, self.burst = (
+            scope,
+            rate,
+            key,
+            algorithm,
+            burst,
+        )
+        digest = hashlib.blake2b(
+            f"{scope}|{rate}|{key}|{algorithm}|{burst}".encode(), digest_size=4
+        ).hexdigest()
+        self.rule_key = "c" + digest
+        self._compiled: CompiledRule | None = None
+
+    def compile(self) -> CompiledRule:
+        prefix = state_prefix(self.rule_key, self.algorithm)  # follows KEY_PREFIX
+        compiled = self._compiled
+        if compiled is None or compiled.state_prefix != prefix:
+            compiled = self._compiled = build_rule(
+                id=0,
+                name=self.scope,
+                scope=self.scope,
+                key_kind=self.key,
+                limit=self.rate.limit,
+                period=self.rate.period,
+                algorithm=self.algorithm,
+                burst=self.burst,
+                action=Action.REJECT,
+                rule_key=self.rule_key,
+            )
+        return compiled
+
+
+class ScopeSpec:
+    """One ``@throttle(scope, ...)``: a scope name, its code default and its cost."""
+
+    __slots__ = ("scope", "default", "cost")
+
+    def __init__(self, scope: str, default: DefaultRule | None, cost: Cost) -> None:
+        self.scope = scope
+        self.default = default
+        self.cost = cost
+
+    def cost_of(self, request: Any) -> int:
+        cost = self.cost(request) if callable(self.cost) else self.cost
+        return max(1, int(cost))
+
+
+_registry: dict[str, list[DefaultRule]] = {}
+_lock = threading.Lock()
+
+
+def register(spec: ScopeSpec) -> None:
+    """Make a decorator's code default known to every entry point of its scope."""
+    default = spec.default
+    if default is not None:
+        with _lock:
+            known = _registry.setdefault(spec.scope, [])
+            if all(d.rule_key != default.rule_key for d in known):  # the same default twice
+                known.append(default)
+
+
+def defaults_of(scope: str) -> list[DefaultRule]:
+    """The code defaults registered for a scope, in the order their views were decorated."""
+    return _registry.get(scope, [])

@@ -1,0 +1,58 @@
+"""``RuleSet``: the enabled rules of a process, indexed by the form of their scope."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from ..compiled import CompiledRule
+
+
+class RuleSet:
+    """Built once per rule change, so matching a request looks only at rules that can apply."""
+
+    def __init__(self, rules: Iterable[CompiledRule] = ()) -> None:
+        self.rules: tuple[CompiledRule, ...] = tuple(rules)
+        self._everywhere: list[CompiledRule] = []
+        self._prefixes: dict[str, list[CompiledRule]] = {}
+        self._regexes: list[tuple[re.Pattern[str], CompiledRule]] = []
+        self._by_scope: dict[str, list[CompiledRule]] = {}
+        for rule in self.rules:
+            scope = rule.scope
+            self._by_scope.setdefault(scope, []).append(rule)
+            if scope == "*":
+                self._everywhere.append(rule)
+            elif scope.startswith("/"):
+                self._prefixes.setdefault(scope, []).append(rule)
+            elif scope.startswith("^"):
+                self._regexes.append((re.compile(scope), rule))
+        # A path is looked up once per distinct prefix length, not once per rule.
+        self._prefix_lengths = sorted({len(p) for p in self._prefixes})
+
+    def __len__(self) -> int:
+        return len(self.rules)
+
+    def for_path(self, path: str, method: str) -> list[CompiledRule]:
+        """Rules of scope '*', path prefix and regex that apply to this request."""
+        found = [r for r in self._everywhere if r.applies_to(method)]
+        prefixes = self._prefixes
+        for length in self._prefix_lengths:
+            if length > len(path):
+                break
+            for rule in prefixes.get(path[:length], ()):
+                if rule.applies_to(method):
+                    found.append(rule)
+        for pattern, rule in self._regexes:
+            if rule.applies_to(method) and pattern.match(path):
+                found.append(rule)
+        return found
+
+    def for_scope(self, scope: str, method: str | None = None) -> list[CompiledRule]:
+        """Rules whose scope is exactly ``scope`` (a scope name, or '*', a prefix, a regex as
+        written), that apply to ``method`` (None: whatever their methods)."""
+        rules = self._by_scope.get(scope, ())
+        return [r for r in rules if method is None or r.applies_to(method)]
+
+    def has_scope(self, scope: str) -> bool:
+        """Whether the admin has an enabled rule for this scope (which replaces code defaults)."""
+        return scope in self._by_scope
