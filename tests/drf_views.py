@@ -12,3 +12,23 @@ class OrdersAPI(APIView):
 
     def get(self, request):
         return Response({"orders": []})
+
+
+class DualAPI(APIView):
+    """Its URL is named like its throttle_scope: the middleware and DRF both see the scope."""
+
+    throttle_scope = "drf-dual"
+    throttle_classes = [RuleThrottle]
+
+    def get(self, request):
+        return Response({"dual": True})
+
+
+class DefaultedAPI(APIView):
+    """Throttled by the code default of @throttle("search", rate="3/m") in tests/views.py."""
+
+    throttle_scope = "search"
+    throttle_classes = [RuleThrottle]
+
+    def get(self, request):
+        return Response({"search": True})

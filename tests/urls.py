@@ -23,11 +23,16 @@ urlpatterns = [
     path("shop/", include(app_patterns)),
     path("heavy/", views.heavy, name="heavy"),
     path("api/orders/", views.orders, name="api-orders"),
+    path("checked/", views.checked, name="checked-page"),
 ]
 
 try:
-    from tests.drf_views import OrdersAPI
+    from tests.drf_views import DefaultedAPI, DualAPI, OrdersAPI
 except ImportError:  # DRF is optional; its test is skipped without it
     pass
 else:
-    urlpatterns.append(path("drf/orders/", OrdersAPI.as_view(), name="drf-orders-page"))
+    urlpatterns += [
+        path("drf/orders/", OrdersAPI.as_view(), name="drf-orders-page"),
+        path("drf/dual/", DualAPI.as_view(), name="drf-dual"),
+        path("drf/defaulted/", DefaultedAPI.as_view(), name="drf-defaulted"),
+    ]

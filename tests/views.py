@@ -58,6 +58,13 @@ def orders(request):
     return HttpResponse("orders")
 
 
+@throttle("checked", rate="5/m")
+def checked(request):
+    """Decorated, and checks its own scope again, as a view might."""
+    decision = check(request, "checked")
+    return JsonResponse({"allowed": decision.allowed, "remaining": decision.remaining})
+
+
 def custom_rejection(request, decision):
     """A REJECTION_VIEW: takes the request and the Decision."""
     return HttpResponse(f"slow down ({decision.rule})", status=429, content_type="text/plain")

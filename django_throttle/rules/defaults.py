@@ -4,14 +4,19 @@ registered so every entry point (``check()``, ``reset()``, the dashboard) finds 
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
+
+from django.urls import get_resolver
 
 from ..choices import Action
 from ..compiled import CompiledRule, build_rule
 from ..keyspace import state_prefix
 from ..rates import Rate
+
+logger = logging.getLogger("django_throttle")
 
 Cost = int | Callable[[Any], int]
 
@@ -83,4 +88,21 @@ def register(spec: ScopeSpec) -> None:
 
 def defaults_of(scope: str) -> list[DefaultRule]:
     """The code defaults registered for a scope, in the order their views were decorated."""
+    if not _views_imported:
+        _import_views()
     return _registry.get(scope, [])
+
+
+_views_imported = False
+
+
+def _import_views() -> None:
+    # Decorators register their defaults when their module is imported, which for most views
+    # is when the URLconf is first loaded. A management command or a check() before the first
+    # request must find them too: load the URLconf (once; Django caches it).
+    global _views_imported
+    _views_imported = True
+    try:
+        get_resolver().url_patterns  # noqa: B018  (the property imports the URLconf)
+    except Exception:
+        logger.exception("django_throttle: the URLconf could not be loaded to find code defaults")
