@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
@@ -11,9 +13,15 @@ from django.utils.translation import ngettext
 from .dashboard.views import DashboardAdmin, inspect_key
 from .models import Dashboard, Rule
 
+if TYPE_CHECKING:
+    # ModelAdmin is generic in django-stubs only; it cannot be subscripted at run time.
+    _RuleModelAdmin = admin.ModelAdmin[Rule]
+else:
+    _RuleModelAdmin = admin.ModelAdmin
+
 
 @admin.register(Rule)
-class RuleAdmin(admin.ModelAdmin):
+class RuleAdmin(_RuleModelAdmin):
     list_display = ("name", "scope", "rate", "key", "algorithm", "action", "enabled")
     list_display_links = ("name",)
     list_filter = ("algorithm", "key_kind", "enabled", "action")

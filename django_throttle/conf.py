@@ -49,7 +49,7 @@ class Setting(Generic[T]):
     def __init__(
         self,
         default: T,
-        types: tuple[type, ...],
+        types: tuple[type[Any], ...],
         *,
         convert: Callable[[Any], T] | None = None,
         minimum: float | None = None,
@@ -79,7 +79,7 @@ class Setting(Generic[T]):
         if obj is None:
             return self
         value = raw_settings().get(self.name, self.default)
-        return self.convert(value) if self.convert is not None else value  # type: ignore[no-any-return]
+        return self.convert(value) if self.convert is not None else value
 
     def problem(self, value: Any) -> Problem | None:
         """Why ``value`` cannot be this setting, or None."""

@@ -33,8 +33,9 @@ class ThrottleMiddleware:
         if self.is_async:
             markcoroutinefunction(self)
             # Django awaits an async process_view under ASGI instead of running a sync one
-            # in a thread.
-            self.process_view = self._aprocess_view  # type: ignore[method-assign]
+            # in a thread. (The ignore: the instance attribute deliberately swaps the sync
+            # method for a coroutine function, which no static type can express.)
+            self.process_view = self._aprocess_view  # type: ignore[method-assign, assignment]
 
     def __call__(self, request: HttpRequest) -> Any:
         if self.is_async:

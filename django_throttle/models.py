@@ -10,6 +10,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
+from django.utils.functional import Promise
 from django.utils.translation import gettext_lazy as _
 
 from .choices import (
@@ -212,9 +213,9 @@ class Rule(models.Model):
         self.key_arg = (self.key_arg or "").strip()
         methods = (m.strip().upper() for m in (self.methods or "").split(","))
         self.methods = ",".join(dict.fromkeys(m for m in methods if m))
-        errors: dict[str, list[str]] = {}
+        errors: dict[str, list[str | Promise]] = {}
 
-        def error(field: str, message: str) -> None:
+        def error(field: str, message: str | Promise) -> None:
             errors.setdefault(field, []).append(message)
 
         scope_error = scope_problem(self.scope)
@@ -287,12 +288,13 @@ def scope_problem(scope: str) -> str | None:
     return None
 
 
-def _key_arg_missing(kind: str) -> str:
-    return {
+def _key_arg_missing(kind: str) -> str | Promise:
+    messages: dict[str, str | Promise] = {
         KeyKind.HEADER: _("Name the header to key on, e.g. X-Api-Key."),
         KeyKind.PARAM: _("Name the query or form parameter to key on, e.g. api_key."),
         KeyKind.CUSTOM: _("Name the key function to use, as registered in KEY_FUNCTIONS."),
-    }[kind]
+    }
+    return messages[kind]
 
 
 # -- the rejection log -----------------------------------------------------------------

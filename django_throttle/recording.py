@@ -35,10 +35,11 @@ import re
 import threading
 import time
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.db import connections, router, transaction
+from django.db.models import Field
 from django.utils import timezone as django_timezone
 
 from .choices import RejectionAction
@@ -300,15 +301,20 @@ def write(counts: dict[Entry, list[Any]], upsert: bool | None = None) -> None:
             _read_modify_write(using, rows)
 
 
+def _column(name: str) -> Field[Any, Any]:
+    # get_field() may return a reverse relation; every name asked here is a column of Rejection.
+    return cast("Field[Any, Any]", Rejection._meta.get_field(name))
+
+
 def _upsert(connection: Any, rows: list[tuple[Any, ...]]) -> None:
     """INSERT ... ON CONFLICT DO UPDATE SET count = count + excluded.count, in batches."""
     meta = Rejection._meta
     quote = connection.ops.quote_name
-    fields = [meta.get_field(name) for name in _FIELDS]
+    fields = [_column(name) for name in _FIELDS]
     table = quote(meta.db_table)
     columns = ", ".join(quote(f.column) for f in fields)
-    target = ", ".join(quote(meta.get_field(name).column) for name in _UNIQUE)
-    count = quote(meta.get_field("count").column)
+    target = ", ".join(quote(_column(name).column) for name in _UNIQUE)
+    count = quote(_column("count").column)
     placeholders = "(" + ", ".join(["%s"] * len(fields)) + ")"
     size = max(1, connection.ops.bulk_batch_size(fields, rows) or len(rows))
     with connection.cursor() as cursor:

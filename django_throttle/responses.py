@@ -7,7 +7,7 @@ import math
 import time
 from typing import Any
 
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.template.loader import render_to_string
 from django.utils.module_loading import import_string
 from django.utils.translation import gettext as _
@@ -35,7 +35,7 @@ def _sf_string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def add_headers(response: HttpResponse, decision: Decision) -> None:
+def add_headers(response: HttpResponseBase, decision: Decision) -> None:
     """X-RateLimit-* and the IETF RateLimit-Policy / RateLimit fields of the deciding rule."""
     if decision.rule is None or decision.limit is None:
         return
@@ -60,6 +60,7 @@ def wants_json(request: HttpRequest) -> bool:
 def rejected(request: HttpRequest, decision: Decision) -> HttpResponse:
     """The 429 (or, for a fail-closed rule with the store down, 503) response."""
     view_path = conf.REJECTION_VIEW
+    response: HttpResponse
     if view_path:
         response = import_string(view_path)(request, decision)
     else:
@@ -69,7 +70,7 @@ def rejected(request: HttpRequest, decision: Decision) -> HttpResponse:
         add_headers(response, decision)
     # Rejections are expected and recorded on the dashboard; without this, Django's request
     # logger would write each 429 as a warning and each 503 as an error (mailed to ADMINS).
-    response._has_been_logged = True
+    response._has_been_logged = True  # type: ignore[attr-defined]  # Django's own flag, not in django-stubs
     return response
 
 

@@ -91,13 +91,13 @@ def chart_svg(data: dict[str, Any], tick_format: str) -> SafeString:
                 sum(item["counts"]),
             )
         )
-    label = _("Rejections over time per rule")
+    title = _("Rejections over time per rule")
     return format_html(
         '<svg class="throttle-chart" viewBox="0 0 {} {}" role="img" aria-label="{}" '
         'xmlns="http://www.w3.org/2000/svg">{}</svg>',
         WIDTH,
         HEIGHT,
-        label,
+        title,
         mark_safe("".join(parts)),  # each part built with format_html
     )
 

@@ -66,11 +66,11 @@ def dashboard_data(rule: str | None, period: str, now: datetime | None = None) -
         points = rows.annotate(at=TruncHour("minute", tzinfo=tz))
     else:
         points = rows.annotate(at=F("minute"))
-    for row in points.values("rule", "at").annotate(total=Sum("count")):
-        index = (epoch_of(row["at"]) - start_epoch) // spec.bucket
+    for point in points.values("rule", "at").annotate(total=Sum("count")):
+        index = (epoch_of(point["at"]) - start_epoch) // spec.bucket
         if 0 <= index < n:
-            name = row["rule"] if row["rule"] in series else OTHER_RULES
-            series[name][index] += row["total"]
+            name = point["rule"] if point["rule"] in series else OTHER_RULES
+            series[name][index] += point["total"]
 
     top = rows.values("rule", "key", "display").annotate(total=Sum("count"), last=Max("minute"))
     top_keys = list(top.order_by("-total", "rule", "display")[:TOP_KEYS])

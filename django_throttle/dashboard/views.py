@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlencode
 
 from django import forms
@@ -29,13 +29,21 @@ from django.utils.translation import gettext_lazy as _
 
 from ..choices import KeyKind
 from ..conf import conf
-from ..models import Rule
+from ..models import Dashboard, Rule
 from ..recording import REJECT, SHADOW, UNAVAILABLE, is_complete
 from ..rules import compile_rule
 from ..store import Check, get_store
 from ..store.fallback import STORE_ERRORS
 from .chart import chart_svg, legend
 from .queries import DEFAULT_PERIOD, PERIODS, as_datetime, dashboard_data
+
+if TYPE_CHECKING:
+    from django.contrib.auth.base_user import AbstractBaseUser
+
+    # ModelAdmin is generic in django-stubs only; it cannot be subscripted at run time.
+    _DashboardModelAdmin = admin.ModelAdmin[Dashboard]
+else:
+    _DashboardModelAdmin = admin.ModelAdmin
 
 # -- forms --------------------------------------------------------------------------------
 
@@ -60,7 +68,7 @@ class ResetForm(forms.Form):
     key = forms.CharField(max_length=2000, strip=True)
 
 
-KEY_PREFIXES = {
+KEY_PREFIXES: dict[str, tuple[str, ...]] = {
     KeyKind.IP: ("ip:",),
     KeyKind.USER: ("user:",),
     KeyKind.USER_OR_IP: ("user:", "ip:"),
@@ -83,7 +91,7 @@ def key_mismatch(rule: Rule, key: str) -> str | None:
 # -- the admin ------------------------------------------------------------------------------
 
 
-class DashboardAdmin(admin.ModelAdmin):
+class DashboardAdmin(_DashboardModelAdmin):
     """No list, no forms: the changelist is the dashboard."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -232,7 +240,8 @@ class DashboardAdmin(admin.ModelAdmin):
             return HttpResponseRedirect(back)
         message = _("Reset the state of client key %(key)s.") % {"key": key}
         LogEntry.objects.log_actions(
-            user_id=request.user.pk,
+            # admin_view() lets only a logged-in staff user in: never AnonymousUser.
+            user_id=cast("AbstractBaseUser", request.user).pk,
             queryset=[rule],
             action_flag=CHANGE,
             change_message=str(message),

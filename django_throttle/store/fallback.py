@@ -12,7 +12,6 @@ import asyncio
 import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from redis.exceptions import RedisError
 
@@ -70,12 +69,12 @@ def decide_guarded(
 
 # -- async: a native asyncio Redis client per event loop ------------------------
 
-_async_stores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[Any, Any]] = (
-    weakref.WeakKeyDictionary()
-)
+_async_stores: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, tuple[AsyncRedisStore, AsyncIterator[None]]
+] = weakref.WeakKeyDictionary()
 
 
-async def _close_with_loop(store: Any) -> AsyncIterator[None]:
+async def _close_with_loop(store: AsyncRedisStore) -> AsyncIterator[None]:
     # An async generator left suspended is closed by the loop's shutdown_asyncgens()
     # (asyncio.run, and so asgiref's async_to_sync, call it before closing the loop), so
     # a short-lived loop, as async views under WSGI get, does not leak its connections.
@@ -85,7 +84,7 @@ async def _close_with_loop(store: Any) -> AsyncIterator[None]:
         await store.client.aclose()
 
 
-async def _async_store() -> Any:
+async def _async_store() -> AsyncRedisStore:
     loop = asyncio.get_running_loop()
     entry = _async_stores.get(loop)
     if entry is None:

@@ -130,7 +130,7 @@ def async_client_from_cache(alias: str) -> Any:
     from redis.asyncio.retry import Retry
     from redis.backoff import NoBackoff
 
-    config = settings.CACHES[alias]
+    config: dict[str, Any] = settings.CACHES[alias]  # project settings: any shape
     location = config["LOCATION"]
     if isinstance(location, (list, tuple)):
         location = location[0]  # django-redis writes to the first server
