@@ -55,6 +55,10 @@ def gather(
     rule's cost (``check()``); a dry run looks at every rule, counted or not."""
     state = state_of(request)
     counted = state.counted
+    if specs and cost is None and not dry_run:
+        decided = state.decided_specs
+        specs = [spec for spec in specs if id(spec) not in decided]
+        decided.update(id(spec) for spec in specs)
     checks: list[Check] = []
     earlier: list[Result] = []
     memo: dict[str, str | None] = {}
@@ -75,22 +79,6 @@ def gather(
         if who is not None:
             checks.append(Check(rule, who, rule_cost if cost is None else cost))
     return Gathered(checks, earlier)
-
-
-async def agather(
-    request: Any,
-    specs: Iterable[ScopeSpec] = (),
-    *,
-    paths: bool = False,
-    url_name: str | None = None,
-    cost: int | None = None,
-    dry_run: bool = False,
-) -> Gathered:
-    """gather() for async callers: refreshing the rules and working out keys (request.user, a
-    key function) may query the database, which Django forbids inside the event loop."""
-    return await sync_to_async(gather)(
-        request, specs, paths=paths, url_name=url_name, cost=cost, dry_run=dry_run
-    )
 
 
 KEY_ERROR_LOG_EVERY = 60.0  # seconds: a broken key function is logged, not once per request
@@ -190,8 +178,10 @@ async def aevaluate(
     cost: int | None = None,
     dry_run: bool = False,
 ) -> Decision:
-    """evaluate() for async callers: the store call never blocks the loop."""
-    gathered = await agather(
+    """evaluate() for async callers: the store call never blocks the loop. Refreshing the
+    rules and working out keys (request.user, a key function) may query the database, which
+    Django forbids inside the event loop: gathering runs in a thread."""
+    gathered = await sync_to_async(gather)(
         request, specs, paths=paths, url_name=url_name, cost=cost, dry_run=dry_run
     )
     decision = gathered.early or await adecide(gathered.checks, dry_run)

@@ -15,13 +15,16 @@ SPECS_ATTR = "_throttle_specs"  # on a decorated view: its @throttle scopes, out
 class RequestState:
     """Every decision made for the request, and the result of each rule that counted it."""
 
-    __slots__ = ("counted", "decisions", "middleware", "paths_decided")
+    __slots__ = ("counted", "decided_specs", "decisions", "middleware", "paths_decided")
 
     def __init__(self) -> None:
         # Rule (by its state prefix) -> its result: a request is counted at most once per
         # rule, whichever entry points (middleware, decorator, check(), DRF) see it.
         self.counted: dict[str, Result] = {}
         self.decisions: list[Decision] = []
+        # @throttle scopes already decided (by id): the decorator skips what the middleware
+        # decided, without selecting their rules again.
+        self.decided_specs: set[int] = set()
         self.middleware = False  # ThrottleMiddleware is in the chain: it writes the headers
         self.paths_decided = False  # the path rules were decided before the view
 

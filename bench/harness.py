@@ -1,0 +1,304 @@
+"""What the benchmarks share: a redis-server of their own, Django set-up, timing, tables, machine.
+
+The benchmarks are scripts run from the repository root (``.venv/bin/python bench/e2e.py``);
+Python puts bench/ on ``sys.path``, so they ``import harness``. The package comes from the
+virtualenv (``pip install -e .``); nothing here imports ``tests``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import gc
+import math
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any
+
+HOST = "127.0.0.1"
+HOUR = 3600
+
+
+# -- the redis-server -----------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def ping(port: int, timeout: float = 0.5) -> bool:
+    """PING over a bare socket: the load test's parent process imports no redis-py."""
+    try:
+        with socket.create_connection((HOST, port), timeout=timeout) as sock:
+            sock.sendall(b"*1\r\n$4\r\nPING\r\n")
+            return sock.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+class RedisServer:
+    """A redis-server on a free loopback port, no RDB or AOF, in a temporary directory;
+    ``cpu`` pins it there (``taskset -c``). Killed, paused and started again on the same port."""
+
+    def __init__(self, cpu: int | None = None) -> None:
+        if shutil.which("redis-server") is None:
+            raise SystemExit("redis-server is not on PATH (apt-get install redis-server)")
+        self.cpu = cpu
+        self.port = free_port()
+        self.dir = tempfile.mkdtemp(prefix="bench-redis-")
+        self.url = f"redis://{HOST}:{self.port}/0"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 10.0) -> None:
+        args = ["redis-server", "--port", str(self.port), "--bind", HOST, "--save", ""]
+        args += ["--appendonly", "no", "--dir", self.dir, "--logfile", "redis.log"]
+        if self.cpu is not None:
+            args = ["taskset", "-c", str(self.cpu), *args]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        while not ping(self.port):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"redis-server did not answer on port {self.port}")
+            time.sleep(0.02)
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would; ``start()`` brings up a new, empty server."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+    def pause(self) -> None:
+        """SIGSTOP: connections stay open, nothing is answered (a hung server)."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT, then wait until it answers again."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGCONT)
+        deadline = time.monotonic() + 10
+        while not ping(self.port) and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        self.proc.send_signal(signal.SIGCONT)  # a paused server cannot act on SIGTERM
+        self.proc.terminate()
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+    def close(self) -> None:
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> RedisServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def pin_client(cpu: int = 0) -> None:
+    """This process on one CPU, beside the redis-server: the ratios show our own cost."""
+    os.sched_setaffinity(0, {cpu})
+
+
+def unpin_client() -> None:
+    os.sched_setaffinity(0, range(os.cpu_count() or 1))
+
+
+# -- Django -----------------------------------------------------------------------------------
+
+
+def configure_django(
+    redis_url: str, apps: Sequence[str] = (), migrate: bool = False, **settings: Any
+) -> None:
+    """Django configured in the process: SQLite in memory, a django-redis cache on the bench's
+    server, django_throttle on Redis with a 1 s timeout (a stall of a shared machine must not
+    abort a run; any timeout costs the same per call)."""
+    import django
+    from django.conf import settings as django_settings
+
+    throttle = {"BACKEND": "redis", "TIMEOUT": 1.0, "CONNECT_TIMEOUT": 1.0, "RULES_REFRESH": 3600.0}
+    throttle.update(settings.pop("DJANGO_THROTTLE", {}))
+    django_settings.configure(
+        DEBUG=False,
+        SECRET_KEY="bench-not-secret",
+        USE_TZ=True,
+        ALLOWED_HOSTS=["*"],
+        INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", *apps],
+        DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
+        CACHES={"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": redis_url}},
+        DJANGO_THROTTLE=throttle,
+        **settings,
+    )
+    django.setup()
+    if migrate:
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0)
+
+
+def create_rules(rules: Sequence[tuple[str, str, int, str]]) -> None:
+    """Rows in the database, as the admin saves them: (scope, algorithm, limit, unit) each."""
+    from django_throttle.models import Rule
+
+    for scope, algorithm, limit, unit in rules:
+        n = Rule.objects.count()
+        Rule.objects.create(
+            name=f"bench-{n}", scope=scope, algorithm=algorithm, limit=limit, unit=unit
+        )
+
+
+def make_rule(id: int, algorithm: str, limit: int, period: int = HOUR) -> Any:
+    """A compiled rule without the database, as the rule cache builds one."""
+    from django_throttle.compiled import build_rule
+
+    return build_rule(id=id, name=f"bench-{id}", algorithm=algorithm, limit=limit, period=period)
+
+
+def algorithms() -> list[str]:
+    from django_throttle.choices import Algorithm
+
+    return [str(a) for a in Algorithm.values]
+
+
+def addresses(n: int, prefix: str = "198.18") -> list[str]:
+    """Distinct client addresses (the 198.18.0.0/15 benchmarking range)."""
+    assert n <= 65536
+    return [f"{prefix}.{i // 256}.{i % 256}" for i in range(n)]
+
+
+# -- timing -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Case:
+    """``op(prep(i))`` is call ``i``; only ``op`` is timed (``prep`` builds a fresh request)."""
+
+    name: str
+    op: Callable[[Any], Any]
+    prep: Callable[[int], Any] = int
+    samples: list[int] = field(default_factory=list)
+
+    @property
+    def median_us(self) -> float:
+        return median(self.samples) / 1000
+
+    @property
+    def p99_us(self) -> float:
+        return p99(self.samples) / 1000
+
+
+def interleaved(
+    cases: Sequence[Case], rounds: int, per_round: int, warmup: int, block: int = 50
+) -> None:
+    """``warmup`` untimed calls per case, then rounds of ``per_round`` timed calls per case, in
+    blocks of ``block`` calls, the cases taking turns block by block from a rotating first case:
+    machine noise hits every case alike, and no case pays for the caches another left cold."""
+    for case in cases:
+        for i in range(warmup):
+            case.op(case.prep(i))
+    gc.collect()
+    pc, n, i = time.perf_counter_ns, len(cases), warmup
+    for turn in range(rounds * max(1, per_round // block)):
+        for case in (*cases[turn % n :], *cases[: turn % n]):
+            for j in range(i, i + block):
+                arg = case.prep(j)
+                t = pc()
+                case.op(arg)
+                case.samples.append(pc() - t)
+        i += block
+
+
+def raw_evalsha(url: str) -> Case:
+    """The reference: redis-py's EVALSHA of ``return 1``, on a client with our socket timeout."""
+    import redis
+
+    client = redis.Redis.from_url(url, socket_timeout=1.0)
+    sha = client.script_load("return 1")
+    return Case("raw EVALSHA `return 1` (redis-py)", lambda _: client.evalsha(sha, 0))
+
+
+def median(values: Sequence[float]) -> float:
+    s = sorted(values)
+    return (s[len(s) // 2] + s[(len(s) - 1) // 2]) / 2
+
+
+def p99(values: Sequence[float]) -> float:
+    s = sorted(values)
+    return s[max(0, math.ceil(0.99 * len(s)) - 1)]
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """Print a Markdown table; columns whose cells are all numbers are right-aligned."""
+    cells = [[str(c) for c in header], *([str(c) for c in row] for row in rows)]
+    widths = [max(3, *(len(r[i]) for r in cells)) for i in range(len(header))]
+    right = [i > 0 and all(_numeric(r[i]) for r in cells[1:]) for i in range(len(header))]
+    rule = ["-" * (w - 1) + (":" if r else "-") for w, r in zip(widths, right, strict=True)]
+    for row in (cells[0], rule, *cells[1:]):
+        padded = (
+            c.rjust(w) if r else c.ljust(w) for c, w, r in zip(row, widths, right, strict=True)
+        )
+        print("| " + " | ".join(padded) + " |")
+
+
+def _numeric(text: str) -> bool:
+    return text in ("", "-") or text.rstrip("x").replace(".", "", 1).replace("/", "").isdigit()
+
+
+# -- the machine ------------------------------------------------------------------------------
+
+
+def version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def machine(*dists: str) -> list[tuple[str, str]]:
+    """Date, CPU, Python and the versions a figure depends on (``dists``: peers too)."""
+    cpu = platform.processor() or "unknown"
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        cpu = next(
+            (line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu
+        )
+    memory = "memory unknown"
+    with contextlib.suppress(OSError), open("/proc/meminfo") as f:  # MemTotal: ... kB
+        memory = f"{round(int(f.readline().split()[1]) / 2**20)} GB"
+    redis = subprocess.run(["redis-server", "--version"], capture_output=True, text=True)
+    server = next((w[2:] for w in redis.stdout.split() if w.startswith("v=")), "unknown")
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return [
+        ("date", now),
+        ("machine", f"{cpu}, {os.cpu_count()} cores, {memory}"),
+        ("python", platform.python_version()),
+        ("redis-server", server),
+        ("redis-py", version("redis")),
+        *((name, version(name)) for name in ("hiredis", "Django", *dists)),
+    ]
+
+
+def print_machine(*dists: str) -> None:
+    print("\n## Machine\n")
+    table(("", ""), machine(*dists))
