@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 from asgiref.sync import iscoroutinefunction
 
-from .choices import ALGORITHMS_WITH_BURST, CODE_KEY_KINDS, Algorithm
+from .choices import ALGORITHMS_WITH_BURST, CODE_KEY_KINDS, Algorithm, KeyKind
 from .engine import SPECS_ATTR, aenforce, enforce, finish, state_of
 from .rates import parse_rate
 from .rules import DefaultRule, ScopeSpec, register
@@ -20,8 +20,8 @@ def throttle(
     scope: str,
     *,
     rate: str | None = None,
-    key: str = "ip",
-    algorithm: str = "sliding_window_counter",
+    key: str = KeyKind.IP,
+    algorithm: str = Algorithm.SLIDING_WINDOW_COUNTER,
     burst: int | None = None,
     cost: int | Callable[[Any], int] = 1,
 ) -> Callable[[V], V]:

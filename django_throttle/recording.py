@@ -42,7 +42,7 @@ from django.db import connections, router, transaction
 from django.db.models import Field
 from django.utils import timezone as django_timezone
 
-from .choices import RejectionAction
+from .choices import KeyKind, RejectionAction
 from .conf import conf
 from .decision import Decision
 from .keyspace import digest
@@ -67,7 +67,7 @@ UNKNOWN_IDENTITY = "unknown"
 
 # C0 and C1 controls, zero-width and bidirectional formatting characters.
 _HIDDEN = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
-_VALUE_KINDS = ("header", "param", "custom")
+_VALUE_KINDS = (KeyKind.HEADER, KeyKind.PARAM, KeyKind.CUSTOM)
 
 Entry = tuple[str, str, str, int]  # rule name, key digest, action, minute (Unix seconds)
 

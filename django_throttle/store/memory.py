@@ -15,6 +15,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..choices import Algorithm
 from ..compiled import CompiledRule
 from .base import Check, Result, state_key
 
@@ -124,13 +125,15 @@ class MemoryStore:
     def _evaluate(self, rule: CompiledRule, key: str, now: int, cost: int) -> Evaluation:
         limit, period = rule.limit, rule.period * US
         algorithm = rule.algorithm
-        if algorithm == "fixed_window":
+        if algorithm == Algorithm.FIXED_WINDOW:
             return self._fixed_window(key, now, limit, period, cost)
-        if algorithm == "sliding_window_log":
+        if algorithm == Algorithm.SLIDING_WINDOW_LOG:
             return self._sliding_window_log(key, now, limit, period, cost)
-        if algorithm == "sliding_window_counter":
+        if algorithm == Algorithm.SLIDING_WINDOW_COUNTER:
             return self._sliding_window_counter(key, now, limit, period, cost)
-        return self._bucket(key, now, limit, period, rule.burst, cost, algorithm == "leaky_bucket")
+        return self._bucket(
+            key, now, limit, period, rule.burst, cost, algorithm == Algorithm.LEAKY_BUCKET
+        )
 
     def _fixed_window(self, key: str, now: int, limit: int, period: int, cost: int) -> Evaluation:
         w = (now // US) // (period // US)  # in whole seconds, as decide.lua
