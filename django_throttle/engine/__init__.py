@@ -2,31 +2,16 @@
 
 from __future__ import annotations
 
-from .flow import (
-    adecide,
-    aenforce,
-    aevaluate,
-    decide,
-    delay_of,
-    enforce,
-    evaluate,
-    finish,
-    gather,
-)
-from .state import SPECS_ATTR, RequestState, state_of, view_specs
+from .flow import aenforce, aevaluate, enforce, evaluate, finish
+from .state import SPECS_ATTR, state_of, view_specs
 
 __all__ = [
-    "RequestState",
-    "adecide",
+    "SPECS_ATTR",
     "aenforce",
     "aevaluate",
-    "decide",
-    "delay_of",
     "enforce",
     "evaluate",
-    "gather",
     "finish",
     "state_of",
     "view_specs",
-    "SPECS_ATTR",
 ]
