@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
+from urllib.parse import urlparse
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
@@ -20,6 +21,8 @@ E_UNKNOWN_CACHE = "django_throttle.E002"
 E_CACHE_NOT_REDIS = "django_throttle.E003"
 E_MIDDLEWARE_ORDER = "django_throttle.E007"
 E_KEY_FUNCTION = "django_throttle.E010"
+E_CLUSTER_URL = "django_throttle.E011"
+E_KEY_PREFIX = "django_throttle.E012"
 W_UNKNOWN_SETTING = "django_throttle.W001"
 W_MEMORY_BACKEND = "django_throttle.W002"
 
@@ -55,7 +58,32 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
         errors.extend(_check_store())
     if "KEY_FUNCTIONS" not in bad:
         errors.extend(_check_key_functions(conf.KEY_FUNCTIONS))
+    if "CLUSTER_URL" not in bad and conf.CLUSTER_URL is not None:
+        errors.extend(_check_cluster_url(conf.CLUSTER_URL))
+    if "KEY_PREFIX" not in bad and ("{" in conf.KEY_PREFIX or "}" in conf.KEY_PREFIX):
+        errors.append(
+            Error(
+                f"{SETTING_NAME}['KEY_PREFIX'] = {conf.KEY_PREFIX!r} contains a brace.",
+                hint="Braces in a Redis key make a Redis Cluster hash tag; the client's part of "
+                "each key is the tag, so the prefix must not have one. Use e.g. 'thr'.",
+                id=E_KEY_PREFIX,
+            )
+        )
     return errors
+
+
+def _check_cluster_url(url: str) -> Iterable[CheckMessage]:
+    parsed = urlparse(url)
+    try:
+        port = parsed.port
+    except ValueError:
+        port = -1
+    if parsed.scheme not in ("redis", "rediss") or not parsed.hostname or port == -1:
+        yield Error(
+            f"{SETTING_NAME}['CLUSTER_URL'] = {url!r} is not the URL of a Redis node.",
+            hint='Give any node of the cluster: "redis://host:7000", or "rediss://..." for TLS.',
+            id=E_CLUSTER_URL,
+        )
 
 
 def _check_store() -> Iterable[CheckMessage]:

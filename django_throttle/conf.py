@@ -161,6 +161,11 @@ class Settings:
     LOCAL_FALLBACK = Setting[bool](True, (bool,))
     FLUSH_INTERVAL = Setting[float](10.0, _NUMBER, convert=float, minimum=0, above=True)
     RETENTION_DAYS = Setting[int](30, (int,), minimum=1)
+    CLUSTER_URL = Setting["str | None"](
+        None,
+        (str, type(None)),
+        hint='The URL of any node of the cluster: "redis://host:7000", or rediss:// for TLS.',
+    )
 
     @classmethod
     def declared(cls) -> dict[str, Setting[Any]]:
@@ -177,6 +182,8 @@ class Settings:
     def uses_redis(self) -> bool:
         """Whether decisions go to Redis (else the in-process memory backend)."""
         backend = self.BACKEND
+        if backend != "memory" and self.CLUSTER_URL:
+            return True
         if backend == "auto":
             path = self.cache_backend_path or ""
             return path.startswith(REDIS_CACHE_PREFIX)

@@ -1,4 +1,9 @@
-"""How state keys look in the store: ``{thr}<rule><algorithm>:<digest of the client>``."""
+"""How state keys look in the store: ``thr:<rule><algorithm>:{<digest of the client>}``.
+
+The braces make the client's digest the Redis Cluster hash tag: every rule's state
+for one client is in one slot (one script call decides a request whose rules all
+key on one client), and different clients spread evenly over the cluster's slots.
+"""
 
 from __future__ import annotations
 
@@ -20,14 +25,17 @@ DIGEST_BYTES = 9  # 72 bits: 12 characters of base64, collision-free for any rea
 
 
 def state_prefix(rule_key: str, algorithm: str) -> str:
-    """``{thr}12f:``: the key prefix of one rule's per-client state.
+    """``thr:12f:``: the key prefix of one rule's per-client state.
 
-    The braces make the prefix a Redis Cluster hash tag, so every key a request
-    touches is in one slot and one script call is valid on a cluster. The
-    algorithm's letter keeps state of another shape apart when a rule's
+    The algorithm's letter keeps state of another shape apart when a rule's
     algorithm is changed.
     """
-    return f"{{{conf.KEY_PREFIX}}}{rule_key}{ALGORITHM_CODES[algorithm]}:"
+    return f"{conf.KEY_PREFIX}:{rule_key}{ALGORITHM_CODES[algorithm]}:"
+
+
+def client_tag(identity: str) -> str:
+    """``{AbCd0123-_xy}``: the part of a state key that names the client, a hash tag."""
+    return "{" + digest(identity) + "}"
 
 
 def digest(identity: str) -> str:

@@ -427,7 +427,7 @@ def test_one_store_round_trip_for_five_rules(
     assert from_clients == ["EVALSHA"]
     assert sum(calls.values()) == len(seen)
     # The five rules were all counted in that call: each has its state key.
-    assert len(redis_client.keys("{thr}*")) == 5
+    assert len(redis_client.keys("thr:*")) == 5
     assert responses[0]["X-RateLimit-Remaining"] == "98"
 
 

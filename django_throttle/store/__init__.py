@@ -7,12 +7,14 @@ import threading
 from ..conf import conf
 from ..keyspace import digest
 from .base import Check, Result, Store, admitted, state_key
+from .cluster import ClusterStore
 from .fallback import reset_fallback
 from .memory import MemoryStore
 from .redis import RedisStore
 
 __all__ = [
     "Check",
+    "ClusterStore",
     "MemoryStore",
     "RedisStore",
     "Result",
@@ -35,9 +37,17 @@ def get_store() -> Store:
     if store is None:
         with _lock:
             if _store is None:
-                _store = RedisStore.from_cache(conf.CACHE) if conf.uses_redis else MemoryStore()
+                _store = _build()
             store = _store
     return store
+
+
+def _build() -> Store:
+    if not conf.uses_redis:
+        return MemoryStore()
+    if conf.CLUSTER_URL:
+        return ClusterStore.from_url(conf.CLUSTER_URL)
+    return RedisStore.from_cache(conf.CACHE)
 
 
 def reset_store() -> None:

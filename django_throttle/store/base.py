@@ -7,11 +7,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..compiled import CompiledRule
-from ..keyspace import digest
+from ..keyspace import client_tag
 
 
 def state_key(rule: CompiledRule, identity: str) -> str:
-    return rule.state_prefix + digest(identity)
+    return rule.state_prefix + client_tag(identity)
 
 
 @dataclass(frozen=True, slots=True)

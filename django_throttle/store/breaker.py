@@ -4,6 +4,11 @@ While the breaker is open no request waits on Redis at all; when the interval
 has passed, one request probes the store and the others keep to the fail
 modes until the probe succeeds. State changes are logged once and sent as the
 ``store_state_changed`` signal.
+
+A probe can never hold the breaker: a probe cut short (a cancelled task, an
+exception that is not a store error) gives the probe back at once, and a probe
+that never reports (its thread gone) is presumed lost after one interval, when
+another request may probe.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from ..signals import store_state_changed
 logger = logging.getLogger("django_throttle")
 
 CLOSED, OPEN, PROBING = "closed", "open", "probing"
+MIN_PROBE_LEASE = 1.0  # seconds a probe has before another may start, with a tiny interval
 
 
 class Breaker:
@@ -29,21 +35,37 @@ class Breaker:
         self._lock = threading.Lock()
         self.state = CLOSED
         self._open_until = 0.0
+        self._probe_until = 0.0
 
     def reset(self) -> None:
         with self._lock:
             self.state = CLOSED
             self._open_until = 0.0
+            self._probe_until = 0.0
 
     def allow(self) -> bool:
         """Whether this request may call the store (the hot path: one attribute read)."""
         if self.state == CLOSED:
             return True
         with self._lock:
-            if self.state == OPEN and self._clock() >= self._open_until:
+            now = self._clock()
+            if (self.state == OPEN and now >= self._open_until) or (
+                self.state == PROBING and now >= self._probe_until
+            ):
                 self.state = PROBING  # this caller is the one probe
+                self._probe_until = now + max(self._interval(), MIN_PROBE_LEASE)
                 return True
             return False
+
+    def abandoned(self) -> None:
+        """The call ended without a verdict on the store (cancelled, interrupted): if it
+        was the probe, the next request probes instead."""
+        if self.state != PROBING:
+            return
+        with self._lock:
+            if self.state == PROBING:
+                self.state = OPEN
+                self._open_until = self._clock()
 
     def is_open(self) -> bool:
         """Whether the store failed less than the interval ago (without taking the probe)."""

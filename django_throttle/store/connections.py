@@ -7,6 +7,13 @@ has no retries (a failure goes to the circuit breaker), and its pool is private.
 So the store keeps its connections on a stack and talks to each through
 redis-py's ``Connection`` (which still does the handshake, AUTH, SELECT, TLS and
 RESP parsing, and disconnects itself on any error).
+
+A connection is never reused after a reply that says its server cannot take the
+decision any more: ``READONLY`` (the primary became a replica in a failover),
+``MASTERDOWN``, ``LOADING``, or any error of the connection itself. The next
+decision connects anew, through the configured address, to whatever primary is
+there now. ``NOSCRIPT`` is answered on the connection that reported it, so the
+script is loaded on the very server the decision runs on.
 """
 
 from __future__ import annotations
@@ -16,9 +23,29 @@ import weakref
 from typing import Any
 
 from redis import ConnectionPool
-from redis.exceptions import ConnectionError, ResponseError
+from redis.exceptions import (
+    ClusterDownError,
+    ConnectionError,
+    NoScriptError,
+    ReadOnlyError,
+    ResponseError,
+)
+from redis.sentinel import SentinelConnectionPool
 
 _stacks: weakref.WeakSet[ConnectionStack] = weakref.WeakSet()
+
+# Error replies after which a connection's server is no longer the writable primary
+# (MASTERDOWN and CLUSTERDOWN are ClusterDownError; LOADING is a ConnectionError).
+SERVER_GONE_REPLIES = (ReadOnlyError, ClusterDownError)
+
+# Pools whose connections the stack can make itself: the plain pool and Sentinel's, whose
+# connections ask the Sentinels for the primary's address when they connect.
+STACKABLE_POOLS = (ConnectionPool, SentinelConnectionPool)
+
+
+def keeps(error: ResponseError) -> bool:
+    """Whether a connection that read this error reply whole may be used again."""
+    return not isinstance(error, SERVER_GONE_REPLIES)
 
 
 class ConnectionStack:
@@ -29,47 +56,75 @@ class ConnectionStack:
     list.append are atomic, so no lock is taken.
     """
 
-    def __init__(self, pool: ConnectionPool) -> None:
+    def __init__(self, pool: Any, **overrides: Any) -> None:
+        self.pool = pool  # Sentinel's connections hold a weak proxy to it
         self._connection_class = pool.connection_class
-        self._kwargs = dict(pool.connection_kwargs)
+        self._kwargs = {**pool.connection_kwargs, **overrides}
         self._idle: list[Any] = []
         _stacks.add(self)
 
     @classmethod
     def for_pool(cls, pool: Any) -> ConnectionStack | None:
-        """A stack for a plain pool; None for Sentinel, other custom or client-side-caching
+        """A stack for a plain or Sentinel pool; None for other custom or client-side-caching
         pools, or a client without a pool: those keep redis-py's own path."""
-        if type(pool) is not ConnectionPool or getattr(pool, "cache", None) is not None:
+        if type(pool) not in STACKABLE_POOLS or getattr(pool, "cache", None) is not None:
             return None
         return cls(pool)
 
-    def execute(self, *args: Any) -> Any:
-        """Send one command and return its reply; Redis errors are raised as redis-py raises them."""
+    def take(self) -> Any:
+        """An idle connection, or a new one (it connects when first used)."""
         try:
             conn = self._idle.pop()
         except IndexError:
-            conn = self._connection_class(**self._kwargs)
-        else:
-            # Every idle connection finished its last command. One that reads as ready
-            # before we sent anything was closed by the server (restart, idle timeout):
-            # reconnect, as redis-py's pool does, instead of failing this request on it.
-            try:
-                stale = conn.can_read()
-            except ConnectionError:
-                stale = True
-            if stale:
-                conn.disconnect()
+            return self._connection_class(**self._kwargs)
+        # Every idle connection finished its last command. One that reads as ready
+        # before we sent anything was closed by the server (restart, idle timeout):
+        # reconnect, as redis-py's pool does, instead of failing this request on it.
         try:
-            conn.send_packed_command(conn.pack_command(*args))  # connects a new one
-            reply = conn.read_response()
-        except ResponseError:
-            self._idle.append(conn)  # an error reply was read whole: the connection is sound
+            stale = conn.can_read()
+        except ConnectionError:
+            stale = True
+        if stale:
+            conn.disconnect()
+        return conn
+
+    def give(self, conn: Any) -> None:
+        self._idle.append(conn)
+
+    def execute(self, *args: Any) -> Any:
+        """Send one command and return its reply; Redis errors are raised as redis-py raises them."""
+        conn = self.take()
+        try:
+            reply = call(conn, args)
+        except ResponseError as exc:
+            self.settle(conn, exc)
             raise
         except BaseException:
             conn.disconnect()  # timed out or broken halfway: never reused
             raise
         self._idle.append(conn)
         return reply
+
+    def run_script(self, sha: str, source: str, *args: Any) -> Any:
+        """EVALSHA, loading the script on this same connection if its server lacks it."""
+        conn = self.take()
+        try:
+            reply = run_script(conn, sha, source, args)
+        except ResponseError as exc:
+            self.settle(conn, exc)
+            raise
+        except BaseException:
+            conn.disconnect()
+            raise
+        self._idle.append(conn)
+        return reply
+
+    def settle(self, conn: Any, error: ResponseError) -> None:
+        """After an error reply read whole: keep the connection, unless its server is gone."""
+        if keeps(error):
+            self._idle.append(conn)
+        else:
+            conn.disconnect()
 
     def disconnect(self) -> None:
         idle, self._idle = self._idle, []
@@ -80,6 +135,103 @@ class ConnectionStack:
         # In a forked child the sockets are the parent's: drop them without a word on the
         # wire (redis-py's Connection only closes the child's descriptor).
         self._idle = []
+
+
+def call(conn: Any, args: tuple[Any, ...]) -> Any:
+    conn.send_packed_command(conn.pack_command(*args))  # connects a new one
+    return conn.read_response()
+
+
+def run_script(conn: Any, sha: str, source: str, args: tuple[Any, ...]) -> Any:
+    try:
+        return call(conn, ("EVALSHA", sha, *args))
+    except NoScriptError:
+        call(conn, ("SCRIPT", "LOAD", source))
+        return call(conn, ("EVALSHA", sha, *args))
+
+
+class AsyncConnectionStack:
+    """The same for redis.asyncio, in one event loop (the store is built per loop)."""
+
+    def __init__(self, pool: Any, **overrides: Any) -> None:
+        self.pool = pool  # a pool, or anything with its connection_class and connection_kwargs
+        self._connection_class = pool.connection_class
+        self._kwargs = {**pool.connection_kwargs, **overrides}
+        self._idle: list[Any] = []
+
+    async def take(self) -> Any:
+        try:
+            conn = self._idle.pop()
+        except IndexError:
+            return self._connection_class(**self._kwargs)
+        try:
+            stale = await _can_read(conn)
+        except ConnectionError:
+            stale = True
+        if stale:
+            await conn.disconnect(nowait=True)
+        return conn
+
+    def give(self, conn: Any) -> None:
+        self._idle.append(conn)
+
+    async def execute(self, *args: Any) -> Any:
+        conn = await self.take()
+        try:
+            reply = await acall(conn, args)
+        except ResponseError as exc:
+            await self.settle(conn, exc)
+            raise
+        except BaseException:
+            # Cancelled (the client went away) or broken halfway: the reply may still
+            # arrive on this socket, so it is closed, never reused.
+            await conn.disconnect(nowait=True)
+            raise
+        self._idle.append(conn)
+        return reply
+
+    async def run_script(self, sha: str, source: str, *args: Any) -> Any:
+        conn = await self.take()
+        try:
+            reply = await arun_script(conn, sha, source, args)
+        except ResponseError as exc:
+            await self.settle(conn, exc)
+            raise
+        except BaseException:
+            await conn.disconnect(nowait=True)
+            raise
+        self._idle.append(conn)
+        return reply
+
+    async def settle(self, conn: Any, error: ResponseError) -> None:
+        if keeps(error):
+            self._idle.append(conn)
+        else:
+            await conn.disconnect(nowait=True)
+
+    async def disconnect(self) -> None:
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            await conn.disconnect()
+
+
+async def _can_read(conn: Any) -> bool:
+    # redis-py 8 renamed can_read_destructive() to can_read(); 5.x has only the former.
+    reader = getattr(conn, "can_read", None) or conn.can_read_destructive
+    return bool(await reader())
+
+
+async def acall(conn: Any, args: tuple[Any, ...]) -> Any:
+    await conn.send_packed_command(conn.pack_command(*args))
+    return await conn.read_response()
+
+
+async def arun_script(conn: Any, sha: str, source: str, args: tuple[Any, ...]) -> Any:
+    try:
+        return await acall(conn, ("EVALSHA", sha, *args))
+    except NoScriptError:
+        await acall(conn, ("SCRIPT", "LOAD", source))
+        return await acall(conn, ("EVALSHA", sha, *args))
 
 
 def _after_fork() -> None:

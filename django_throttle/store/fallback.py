@@ -13,19 +13,22 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from ..compiled import CompiledRule
 from ..conf import conf
 from .base import Check, Result, Store
 from .breaker import Breaker
+from .cluster import AsyncClusterStore
 from .memory import MemoryStore
 from .redis import AsyncRedisStore
 
+AsyncStore = AsyncRedisStore | AsyncClusterStore
+
 # Everything a Redis call raises when the server is down, hung, full, read-only,
 # loading, or answers a script error: redis-py wraps these in RedisError, apart from
-# socket-level OSErrors.
-STORE_ERRORS: tuple[type[BaseException], ...] = (RedisError, OSError)
+# socket-level OSErrors and a cluster it cannot map (RedisClusterException).
+STORE_ERRORS: tuple[type[BaseException], ...] = (RedisError, OSError, RedisClusterException)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +66,9 @@ def decide_guarded(
     except STORE_ERRORS as exc:
         breaker.failed(exc)
         return _unavailable(checks, dry_run)
+    except BaseException:
+        breaker.abandoned()  # interrupted: no verdict on the store, and never a stuck probe
+        raise
     breaker.succeeded()
     return results
 
@@ -70,25 +76,29 @@ def decide_guarded(
 # -- async: a native asyncio Redis client per event loop ------------------------
 
 _async_stores: weakref.WeakKeyDictionary[
-    asyncio.AbstractEventLoop, tuple[AsyncRedisStore, AsyncIterator[None]]
+    asyncio.AbstractEventLoop, tuple[AsyncStore, AsyncIterator[None]]
 ] = weakref.WeakKeyDictionary()
 
 
-async def _close_with_loop(store: AsyncRedisStore) -> AsyncIterator[None]:
+async def _close_with_loop(store: AsyncStore) -> AsyncIterator[None]:
     # An async generator left suspended is closed by the loop's shutdown_asyncgens()
     # (asyncio.run, and so asgiref's async_to_sync, call it before closing the loop), so
     # a short-lived loop, as async views under WSGI get, does not leak its connections.
     try:
         yield
     finally:
-        await store.client.aclose()
+        await store.aclose()
 
 
-async def _async_store() -> AsyncRedisStore:
+async def _async_store() -> AsyncStore:
     loop = asyncio.get_running_loop()
     entry = _async_stores.get(loop)
     if entry is None:
-        store = AsyncRedisStore.from_cache(conf.CACHE)
+        store: AsyncStore = (
+            AsyncClusterStore.from_url(conf.CLUSTER_URL)
+            if conf.CLUSTER_URL
+            else AsyncRedisStore.from_cache(conf.CACHE)
+        )
         closer = _close_with_loop(store)
         await closer.__anext__()
         entry = _async_stores[loop] = (store, closer)
@@ -114,5 +124,10 @@ async def adecide_guarded(
     except STORE_ERRORS as exc:
         breaker.failed(exc)
         return _unavailable(checks, dry_run)
+    except BaseException:
+        # CancelledError: the client went away (Django cancels the view) or a timeout
+        # cancelled the task while it waited on Redis.
+        breaker.abandoned()
+        raise
     breaker.succeeded()
     return results

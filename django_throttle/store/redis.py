@@ -6,16 +6,30 @@ import hashlib
 from collections.abc import Sequence
 from importlib import resources
 from typing import Any
+from urllib.parse import unquote, urlparse
 
+import redis.asyncio
+import redis.asyncio.connection
+import redis.asyncio.sentinel
+from redis import ConnectionPool, Redis
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError
+from redis.retry import Retry
+from redis.sentinel import Sentinel, SentinelConnectionPool
 
 from ..compiled import CompiledRule
 from ..conf import conf
-from ..keyspace import ALGORITHM_CODES, digest
+from ..keyspace import ALGORITHM_CODES, client_tag
 from .base import Check, Result, state_key
-from .connections import ConnectionStack
+from .connections import AsyncConnectionStack, ConnectionStack
 
 US = 1_000_000
+
+ASYNC_STACKABLE_POOLS = (
+    redis.asyncio.connection.ConnectionPool,
+    redis.asyncio.sentinel.SentinelConnectionPool,
+)
 
 
 def load_lua(name: str) -> str:
@@ -26,11 +40,11 @@ class RedisStore:
     """Decisions in Redis. The client comes from django-redis, so Redis is configured in CACHES."""
 
     def __init__(self, client: Any, owns_pool: bool = False) -> None:
-        self.client = client  # everything but the decision itself: reset, script load, version
+        self.client = client  # everything but the decision itself: reset, version
         self.owns_pool = owns_pool
         stack = ConnectionStack.for_pool(getattr(client, "connection_pool", None))
-        # One command on the decision connections: the lean path where the pool allows it.
-        self.execute = stack.execute if stack is not None else client.execute_command
+        # The lean path where the pool allows it; redis-py's own for other pools.
+        self._run = stack.run_script if stack is not None else self._run_on_client
         self._stack = stack
 
     @classmethod
@@ -45,19 +59,21 @@ class RedisStore:
         if self.owns_pool:
             self.client.connection_pool.disconnect()
 
+    def _run_on_client(self, sha: str, source: str, *args: Any) -> Any:
+        try:
+            return self.client.execute_command("EVALSHA", sha, *args)
+        except NoScriptError:
+            self.client.script_load(source)
+            return self.client.execute_command("EVALSHA", sha, *args)
+
     def decide(self, checks: Sequence[Check], dry_run: bool = False) -> list[Result]:
         if not checks:
             return []
         keys, args = script_input(checks, dry_run)
         # EVALSHA straight away (redis-py's Script wrapper costs more per call than our
-        # whole Python side); the script is loaded on NOSCRIPT, after SCRIPT FLUSH or a
-        # restart of the server.
-        execute = self.execute
-        try:
-            reply = execute("EVALSHA", DECIDE_SHA, len(keys), *keys, *args)
-        except NoScriptError:
-            self.client.script_load(DECIDE_SOURCE)
-            reply = execute("EVALSHA", DECIDE_SHA, len(keys), *keys, *args)
+        # whole Python side); the script is loaded on NOSCRIPT, after SCRIPT FLUSH, a
+        # restart or a failover, on the connection that reported it.
+        reply = self._run(DECIDE_SHA, DECIDE_SOURCE, len(keys), *keys, *args)
         return parse_reply(checks, reply)
 
     def reset(self, rule: CompiledRule, identity: str) -> None:
@@ -69,66 +85,102 @@ class AsyncRedisStore:
 
     def __init__(self, client: Any) -> None:
         self.client = client
+        pool = getattr(client, "connection_pool", None)
+        self._stack = AsyncConnectionStack(pool) if type(pool) in ASYNC_STACKABLE_POOLS else None
 
     @classmethod
     def from_cache(cls, alias: str) -> AsyncRedisStore:
         return cls(async_client_from_cache(alias))
 
+    async def aclose(self) -> None:
+        if self._stack is not None:
+            await self._stack.disconnect()
+        await self.client.aclose()
+
     async def decide(self, checks: Sequence[Check], dry_run: bool = False) -> list[Result]:
         if not checks:
             return []
         keys, args = script_input(checks, dry_run)
-        try:
-            reply = await self.client.evalsha(DECIDE_SHA, len(keys), *keys, *args)
-        except NoScriptError:
-            await self.client.script_load(DECIDE_SOURCE)
-            reply = await self.client.evalsha(DECIDE_SHA, len(keys), *keys, *args)
+        if self._stack is not None:
+            reply = await self._stack.run_script(DECIDE_SHA, DECIDE_SOURCE, len(keys), *keys, *args)
+        else:
+            try:
+                reply = await self.client.evalsha(DECIDE_SHA, len(keys), *keys, *args)
+            except NoScriptError:
+                await self.client.script_load(DECIDE_SOURCE)
+                reply = await self.client.evalsha(DECIDE_SHA, len(keys), *keys, *args)
         return parse_reply(checks, reply)
 
     async def reset(self, rule: CompiledRule, identity: str) -> None:
         await self.client.delete(state_key(rule, identity))
 
 
-def client_from_cache(alias: str) -> tuple[Any, bool]:
-    """A client for the server of a django-redis cache, with the decision timeouts.
+def decision_kwargs() -> dict[str, Any]:
+    """Connection options every decision client gets, whatever the cache's.
 
     A throttling call must not inherit a cache's timeouts (often seconds, or none)
     or redis-py's retries with backoff: a hung server would stall every request.
-    The connection settings (host, port, db, password, TLS...) are the cache's own.
+    """
+    return {
+        "socket_timeout": conf.TIMEOUT,
+        "socket_connect_timeout": conf.CONNECT_TIMEOUT,
+        "retry": Retry(NoBackoff(), 0),
+    }
+
+
+def _with_decision_timeouts(connection_kwargs: dict[str, Any]) -> dict[str, Any]:
+    kwargs = dict(connection_kwargs)
+    kwargs.pop("retry_on_timeout", None)
+    kwargs.pop("connection_pool", None)  # Sentinel's back reference to its own pool
+    kwargs.update(decision_kwargs())
+    return kwargs
+
+
+def client_from_cache(alias: str) -> tuple[Any, bool]:
+    """A client for the server of a django-redis cache, with the decision timeouts.
+
+    The connection settings (host, port, db, password, TLS, Sentinels...) are the
+    cache's own. Returns the client and whether the store owns its pool.
     """
     from django_redis import get_redis_connection
-    from redis import ConnectionPool, Redis
-    from redis.backoff import NoBackoff
-    from redis.retry import Retry
 
     base = get_redis_connection(alias)
     pool = base.connection_pool
-    if type(pool) is not ConnectionPool:
-        return base, False  # Sentinel and other pools: used as django-redis built them
-    kwargs = dict(pool.connection_kwargs)
-    kwargs.update(
-        socket_timeout=conf.TIMEOUT,
-        socket_connect_timeout=conf.CONNECT_TIMEOUT,
-        retry=Retry(NoBackoff(), 0),
-    )
-    kwargs.pop("retry_on_timeout", None)
-    client = Redis(
-        connection_pool=ConnectionPool(
+    kwargs = _with_decision_timeouts(pool.connection_kwargs)
+    if type(pool) is ConnectionPool:
+        new_pool: Any = ConnectionPool(
+            connection_class=pool.connection_class, max_connections=pool.max_connections, **kwargs
+        )
+    elif type(pool) is SentinelConnectionPool:
+        # django-redis's SentinelConnectionFactory: the same service and Sentinels, asked
+        # with the decision timeouts too (a new connection asks them for the primary).
+        sentinels = [s.connection_pool.connection_kwargs for s in pool.sentinel_manager.sentinels]
+        sentinel_kwargs = _with_decision_timeouts(sentinels[0])
+        for name in ("host", "port"):
+            sentinel_kwargs.pop(name, None)
+        manager = Sentinel(  # type: ignore[no-untyped-call]
+            [(s["host"], s["port"]) for s in sentinels],
+            min_other_sentinels=pool.sentinel_manager.min_other_sentinels,
+            sentinel_kwargs=sentinel_kwargs,
+        )
+        new_pool = SentinelConnectionPool(  # type: ignore[no-untyped-call]
+            pool.service_name,
+            manager,
             connection_class=pool.connection_class,
             max_connections=pool.max_connections,
+            is_master=pool.is_master,
+            check_connection=pool.check_connection,
             **kwargs,
         )
-    )
-    return client, True
+    else:
+        return base, False  # other pools: used as django-redis built them
+    return Redis(connection_pool=new_pool), True
 
 
 def async_client_from_cache(alias: str) -> Any:
     """A redis.asyncio client for the server of a django-redis cache, with its options and
-    the decision timeouts."""
-    import redis.asyncio
+    the decision timeouts; through its Sentinels if the cache has ``OPTIONS["SENTINELS"]``."""
     from django.conf import settings
-    from redis.asyncio.retry import Retry
-    from redis.backoff import NoBackoff
 
     config: dict[str, Any] = settings.CACHES[alias]  # project settings: any shape
     location = config["LOCATION"]
@@ -138,29 +190,40 @@ def async_client_from_cache(alias: str) -> Any:
     kwargs: dict[str, Any] = dict(options.get("CONNECTION_POOL_KWARGS", {}))
     if options.get("PASSWORD"):
         kwargs["password"] = options["PASSWORD"]
-    kwargs.update(
-        socket_timeout=conf.TIMEOUT,
-        socket_connect_timeout=conf.CONNECT_TIMEOUT,
-        retry=Retry(NoBackoff(), 0),
+    kwargs.update(decision_kwargs(), retry=AsyncRetry(NoBackoff(), 0))
+    sentinels = options.get("SENTINELS")
+    if not sentinels:
+        return redis.asyncio.Redis.from_url(location, **kwargs)
+
+    # LOCATION names the service, as django-redis reads it: redis://[:password@]service/db
+    url = urlparse(location)
+    kwargs["db"] = int(url.path.strip("/") or 0)
+    if url.password:
+        kwargs.setdefault("password", unquote(url.password))
+    if url.username:
+        kwargs.setdefault("username", unquote(url.username))
+    if url.scheme == "rediss":
+        kwargs["ssl"] = True
+    sentinel_kwargs = dict(options.get("SENTINEL_KWARGS") or {})
+    sentinel_kwargs.update(socket_timeout=conf.TIMEOUT, socket_connect_timeout=conf.CONNECT_TIMEOUT)
+    manager = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+        [tuple(s) for s in sentinels], sentinel_kwargs=sentinel_kwargs
     )
-    return redis.asyncio.Redis.from_url(location, **kwargs)
+    return manager.master_for(url.hostname, redis_class=redis.asyncio.Redis, **kwargs)
 
 
 def script_input(checks: Sequence[Check], dry_run: bool) -> tuple[list[str], list[Any]]:
     """KEYS and ARGV of decide.lua (see its header)."""
-    # Redis Cluster: every key carries the same hash tag (state_prefix), so one call
-    # is valid. To spread rules over slots, group the checks by slot here and make
-    # one call per group, giving up all-or-nothing across groups.
     keys = []
     args: list[Any] = ["1" if dry_run else "0"]
-    digests: dict[str, str] = {}  # the rules of a request often key on one identity
+    tags: dict[str, str] = {}  # the rules of a request often key on one identity
     for check in checks:
         rule = check.rule
         who = check.identity
-        hashed = digests.get(who)
-        if hashed is None:
-            hashed = digests[who] = digest(who)
-        keys.append(rule.state_prefix + hashed)
+        tag = tags.get(who)
+        if tag is None:
+            tag = tags[who] = client_tag(who)
+        keys.append(rule.state_prefix + tag)
         args += (
             ALGORITHM_CODES[rule.algorithm],
             rule.limit,
@@ -194,5 +257,9 @@ def parse_reply(checks: Sequence[Check], reply: Sequence[int]) -> list[Result]:
     return results
 
 
+def sha1(source: str) -> str:
+    return hashlib.sha1(source.encode("utf-8")).hexdigest()
+
+
 DECIDE_SOURCE = load_lua("decide.lua")
-DECIDE_SHA = hashlib.sha1(DECIDE_SOURCE.encode("utf-8")).hexdigest()
+DECIDE_SHA = sha1(DECIDE_SOURCE)

@@ -1,0 +1,436 @@
+"""Decisions on a Redis Cluster (``DJANGO_THROTTLE["CLUSTER_URL"]``).
+
+A state key's hash tag is its client's digest (keyspace.client_tag), so clients
+spread over the cluster's slots and every rule of one client shares a slot. The
+checks of a request are grouped by slot: one group (the usual case: every rule
+keys on the same client) is one EVALSHA on its master; several groups are sent
+to their masters all at once and their replies read afterwards, so the wall time
+is one round trip, not one per slot.
+
+All or nothing across slots: each group commits only if all its enforcing checks
+admit the request (decide.lua). If another group rejected it, the groups that
+committed are refunded by a second call (refund.lua). Between the two calls,
+another request of the same client can see the reservation: for about one round
+trip, a count is higher than it will be.
+
+Redirections are followed: ``MOVED`` (the slot has a new owner: the slot map is
+read again) and ``ASK`` (the slot is migrating: this one call goes to the target
+with ``ASKING``). A connection error or ``CLUSTERDOWN`` marks the slot map stale;
+it is read again before the next decision, which finds a promoted replica.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from binascii import crc_hqx
+from collections.abc import Sequence
+from typing import Any
+
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import NoBackoff
+from redis.exceptions import AskError, MovedError, NoScriptError, RedisError, ResponseError
+
+from ..compiled import CompiledRule
+from ..keyspace import ALGORITHM_CODES, client_tag
+from .base import Check, Result, state_key
+from .connections import (
+    AsyncConnectionStack,
+    ConnectionStack,
+    acall,
+    call,
+    keeps,
+)
+from .redis import (
+    DECIDE_SHA,
+    DECIDE_SOURCE,
+    decision_kwargs,
+    load_lua,
+    parse_reply,
+    script_input,
+    sha1,
+)
+
+logger = logging.getLogger("django_throttle")
+
+SLOTS = 16384
+REFUND_SOURCE = load_lua("refund.lua")
+
+
+REFUND_SHA = sha1(REFUND_SOURCE)
+
+
+def slot_of_tag(tag: str) -> int:
+    """The cluster slot of every key carrying this hash tag (``{...}``)."""
+    return crc_hqx(tag[1:-1].encode("ascii"), 0) % SLOTS
+
+
+def group_by_slot(checks: Sequence[Check]) -> dict[int, list[int]]:
+    """Indices of the checks, by the slot of their state keys, in the order given."""
+    groups: dict[int, list[int]] = {}
+    slots: dict[str, int] = {}
+    for i, check in enumerate(checks):
+        slot = slots.get(check.identity)
+        if slot is None:
+            slot = slots[check.identity] = slot_of_tag(client_tag(check.identity))
+        groups.setdefault(slot, []).append(i)
+    return groups
+
+
+def refund_input(checks: Sequence[Check], at_us: int) -> list[Any]:
+    """KEYS and ARGV of refund.lua, with the number of keys first."""
+    keys = [state_key(c.rule, c.identity) for c in checks]
+    args: list[Any] = [at_us]
+    for check in checks:
+        rule = check.rule
+        args += (ALGORITHM_CODES[rule.algorithm], rule.limit, rule.period, rule.burst, check.cost)
+    return [len(keys), *keys, *args]
+
+
+def _committed(reply: Sequence[int], dry_run: bool) -> bool:
+    return not dry_run and reply[1] == 1
+
+
+def _assemble(
+    checks: Sequence[Check],
+    groups: list[list[int]],
+    replies: list[Sequence[int]],
+    refunded: set[int],
+) -> list[Result]:
+    results: list[Result | None] = [None] * len(checks)
+    for number, (indices, reply) in enumerate(zip(groups, replies, strict=True)):
+        parsed = parse_reply([checks[i] for i in indices], reply)
+        for i, result in zip(indices, parsed, strict=True):
+            if number in refunded and result.allowed:
+                # As if never committed, as decide.lua reports a rejected request.
+                rule = result.rule
+                result.remaining = min(
+                    result.remaining + checks[i].cost, max(rule.limit, rule.burst)
+                )
+            results[i] = result
+    return [r for r in results if r is not None]
+
+
+class ClusterStore:
+    """Decisions on a Redis Cluster, through redis-py's RedisCluster for the slot map."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client  # reset, the rules version, the slot map
+        self._stacks: dict[str, ConnectionStack] = {}
+        self._stale = False
+
+    @classmethod
+    def from_url(cls, url: str) -> ClusterStore:
+        from redis.cluster import RedisCluster
+
+        return cls(RedisCluster.from_url(url, **decision_kwargs()))
+
+    def close(self) -> None:
+        for stack in self._stacks.values():
+            stack.disconnect()
+        self._stacks.clear()
+        self.client.close()
+
+    def _refresh(self) -> None:
+        self._stale = False
+        try:
+            self.client.nodes_manager.initialize()
+        except BaseException:
+            self._stale = True
+            raise
+
+    def _stack(self, node: Any) -> ConnectionStack:
+        stack = self._stacks.get(node.name)
+        if stack is None or stack.pool is not node.redis_connection.connection_pool:
+            stack = ConnectionStack(node.redis_connection.connection_pool, **decision_kwargs())
+            self._stacks[node.name] = stack
+        return stack
+
+    def _master(self, slot: int) -> ConnectionStack:
+        return self._stack(self.client.nodes_manager.get_node_from_slot(slot))
+
+    def _node_at(self, host: str, port: int) -> ConnectionStack:
+        node = self.client.nodes_manager.get_node(host=host, port=port)
+        if node is None:
+            self._refresh()
+            node = self.client.nodes_manager.get_node(host=host, port=port)
+        if node is None:
+            raise MovedError(f"0 {host}:{port}")  # an address the cluster does not know
+        return self._stack(node)
+
+    def _failed(self, exc: BaseException) -> None:
+        if not isinstance(exc, ResponseError) or not keeps(exc):
+            self._stale = True  # a node gone or demoted: read the slot map before next time
+
+    def _run(self, slot: int, sha: str, source: str, args: list[Any]) -> Any:
+        """One script call on the slot's master, following one redirection."""
+        try:
+            try:
+                return self._master(slot).run_script(sha, source, *args)
+            except MovedError:
+                self._refresh()
+                return self._master(slot).run_script(sha, source, *args)
+            except AskError as exc:
+                return self._asking(self._node_at(exc.host, exc.port), sha, source, args)
+        except BaseException as exc:
+            self._failed(exc)
+            raise
+
+    def _asking(self, stack: ConnectionStack, sha: str, source: str, args: list[Any]) -> Any:
+        conn = stack.take()
+        try:
+            try:
+                call(conn, ("ASKING",))
+                reply = call(conn, ("EVALSHA", sha, *args))
+            except NoScriptError:
+                call(conn, ("SCRIPT", "LOAD", source))
+                call(conn, ("ASKING",))
+                reply = call(conn, ("EVALSHA", sha, *args))
+        except ResponseError as exc:
+            stack.settle(conn, exc)
+            raise
+        except BaseException:
+            conn.disconnect()
+            raise
+        stack.give(conn)
+        return reply
+
+    def decide(self, checks: Sequence[Check], dry_run: bool = False) -> list[Result]:
+        if not checks:
+            return []
+        if self._stale:
+            self._refresh()
+        by_slot = group_by_slot(checks)
+        if len(by_slot) == 1:
+            keys, args = script_input(checks, dry_run)
+            (slot,) = by_slot
+            reply = self._run(slot, DECIDE_SHA, DECIDE_SOURCE, [len(keys), *keys, *args])
+            return parse_reply(checks, reply)
+        slots = list(by_slot)
+        groups = list(by_slot.values())
+        inputs = []
+        for indices in groups:
+            keys, args = script_input([checks[i] for i in indices], dry_run)
+            inputs.append([len(keys), *keys, *args])
+        replies = self._concurrently(slots, inputs)
+        return self._settle(checks, slots, groups, replies, dry_run)
+
+    def _concurrently(self, slots: list[int], inputs: list[list[Any]]) -> list[Any]:
+        """One decide.lua call per slot group, all sent before any reply is read.
+
+        Returns each group's reply or the exception it ended with."""
+        sent: list[tuple[ConnectionStack, Any] | BaseException] = []
+        for slot, args in zip(slots, inputs, strict=True):
+            try:
+                stack = self._master(slot)
+                conn = stack.take()
+            except Exception as exc:
+                sent.append(exc)
+                continue
+            try:
+                conn.send_packed_command(conn.pack_command("EVALSHA", DECIDE_SHA, *args))
+            except BaseException as exc:
+                conn.disconnect()
+                self._failed(exc)
+                if not isinstance(exc, Exception):
+                    raise
+                sent.append(exc)
+                continue
+            sent.append((stack, conn))
+        replies: list[Any] = []
+        for slot, args, entry in zip(slots, inputs, sent, strict=True):
+            if isinstance(entry, BaseException):
+                replies.append(entry)
+                continue
+            stack, conn = entry
+            try:
+                reply = conn.read_response()
+            except (NoScriptError, AskError) as exc:  # MOVED too: followed one by one
+                stack.settle(conn, exc)
+                try:
+                    reply = self._run(slot, DECIDE_SHA, DECIDE_SOURCE, args)
+                except Exception as again:
+                    reply = again
+            except ResponseError as exc:
+                stack.settle(conn, exc)
+                self._failed(exc)
+                reply = exc
+            except Exception as exc:
+                conn.disconnect()
+                self._failed(exc)
+                reply = exc
+            except BaseException:
+                conn.disconnect()
+                raise
+            else:
+                stack.give(conn)
+            replies.append(reply)
+        return replies
+
+    def _settle(
+        self,
+        checks: Sequence[Check],
+        slots: list[int],
+        groups: list[list[int]],
+        replies: list[Any],
+        dry_run: bool,
+    ) -> list[Result]:
+        """Refund the groups that committed a request that is not admitted as a whole."""
+        error = next((r for r in replies if isinstance(r, BaseException)), None)
+        rejected = error is not None or any(r[1] == 0 for r in replies)
+        refunded: set[int] = set()
+        if rejected and not dry_run:
+            for number, reply in enumerate(replies):
+                if isinstance(reply, BaseException) or not _committed(reply, dry_run):
+                    continue
+                group = [checks[i] for i in groups[number]]
+                try:
+                    self._run(
+                        slots[number], REFUND_SHA, REFUND_SOURCE, refund_input(group, reply[0])
+                    )
+                except RedisError as exc:
+                    logger.warning("django_throttle: a cross-slot refund failed (%r)", exc)
+                refunded.add(number)
+        if error is not None:
+            raise error
+        return _assemble(checks, groups, replies, refunded)
+
+    def reset(self, rule: CompiledRule, identity: str) -> None:
+        self.client.delete(state_key(rule, identity))
+
+
+class AsyncClusterStore:
+    """The same through redis.asyncio's RedisCluster; groups are awaited together."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self._stacks: dict[str, AsyncConnectionStack] = {}
+        self._ready = False
+        self._stale = False
+
+    @classmethod
+    def from_url(cls, url: str) -> AsyncClusterStore:
+        from redis.asyncio.cluster import RedisCluster
+
+        kwargs = decision_kwargs()
+        kwargs["retry"] = AsyncRetry(NoBackoff(), 0)
+        return cls(RedisCluster.from_url(url, **kwargs))
+
+    async def aclose(self) -> None:
+        for stack in self._stacks.values():
+            await stack.disconnect()
+        self._stacks.clear()
+        await self.client.aclose()
+
+    async def _refresh(self) -> None:
+        self._stale = False
+        try:
+            if not self._ready:
+                await self.client.initialize()
+                self._ready = True
+            else:
+                await self.client.nodes_manager.initialize()
+        except BaseException:
+            self._stale = True
+            raise
+
+    def _stack(self, node: Any) -> AsyncConnectionStack:
+        stack = self._stacks.get(node.name)
+        if stack is None or stack.pool is not node:
+            kwargs = decision_kwargs()
+            kwargs["retry"] = AsyncRetry(NoBackoff(), 0)
+            stack = self._stacks[node.name] = AsyncConnectionStack(node, **kwargs)
+        return stack
+
+    def _master(self, slot: int) -> AsyncConnectionStack:
+        return self._stack(self.client.nodes_manager.get_node_from_slot(slot))
+
+    def _failed(self, exc: BaseException) -> None:
+        if not isinstance(exc, ResponseError) or not keeps(exc):
+            self._stale = True
+
+    async def _run(self, slot: int, sha: str, source: str, args: list[Any]) -> Any:
+        try:
+            try:
+                return await self._master(slot).run_script(sha, source, *args)
+            except MovedError:
+                await self._refresh()
+                return await self._master(slot).run_script(sha, source, *args)
+            except AskError as exc:
+                node = self.client.nodes_manager.get_node(host=exc.host, port=exc.port)
+                if node is None:
+                    await self._refresh()
+                    node = self.client.nodes_manager.get_node(host=exc.host, port=exc.port)
+                if node is None:
+                    raise
+                return await self._asking(self._stack(node), sha, source, args)
+        except BaseException as exc:
+            self._failed(exc)
+            raise
+
+    async def _asking(
+        self, stack: AsyncConnectionStack, sha: str, source: str, args: list[Any]
+    ) -> Any:
+        conn = await stack.take()
+        try:
+            try:
+                await acall(conn, ("ASKING",))
+                reply = await acall(conn, ("EVALSHA", sha, *args))
+            except NoScriptError:
+                await acall(conn, ("SCRIPT", "LOAD", source))
+                await acall(conn, ("ASKING",))
+                reply = await acall(conn, ("EVALSHA", sha, *args))
+        except ResponseError as exc:
+            await stack.settle(conn, exc)
+            raise
+        except BaseException:
+            await conn.disconnect(nowait=True)
+            raise
+        stack.give(conn)
+        return reply
+
+    async def decide(self, checks: Sequence[Check], dry_run: bool = False) -> list[Result]:
+        if not checks:
+            return []
+        if self._stale or not self._ready:
+            await self._refresh()
+        by_slot = group_by_slot(checks)
+        if len(by_slot) == 1:
+            keys, args = script_input(checks, dry_run)
+            (slot,) = by_slot
+            reply = await self._run(slot, DECIDE_SHA, DECIDE_SOURCE, [len(keys), *keys, *args])
+            return parse_reply(checks, reply)
+        slots = list(by_slot)
+        groups = list(by_slot.values())
+        calls = []
+        for slot, indices in zip(slots, groups, strict=True):
+            keys, args = script_input([checks[i] for i in indices], dry_run)
+            calls.append(self._run(slot, DECIDE_SHA, DECIDE_SOURCE, [len(keys), *keys, *args]))
+        replies = await asyncio.gather(*calls, return_exceptions=True)
+        for reply in replies:
+            if isinstance(reply, BaseException) and not isinstance(reply, Exception):
+                raise reply  # cancelled: the others were cancelled with it
+        error = next((r for r in replies if isinstance(r, BaseException)), None)
+        rejected = error is not None or any(r[1] == 0 for r in replies)  # type: ignore[index]
+        refunded: set[int] = set()
+        if rejected and not dry_run:
+            refunds = []
+            for number, reply in enumerate(replies):
+                if isinstance(reply, BaseException) or not _committed(reply, dry_run):
+                    continue
+                group = [checks[i] for i in groups[number]]
+                refunds.append(
+                    self._run(
+                        slots[number], REFUND_SHA, REFUND_SOURCE, refund_input(group, reply[0])
+                    )
+                )
+                refunded.add(number)
+            for outcome in await asyncio.gather(*refunds, return_exceptions=True):
+                if isinstance(outcome, RedisError):
+                    logger.warning("django_throttle: a cross-slot refund failed (%r)", outcome)
+        if error is not None:
+            raise error
+        return _assemble(checks, groups, list(replies), refunded)  # type: ignore[arg-type]
+
+    async def reset(self, rule: CompiledRule, identity: str) -> None:
+        await self.client.delete(state_key(rule, identity))

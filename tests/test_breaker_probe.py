@@ -1,0 +1,161 @@
+"""The circuit breaker's probe can never stick: whatever ends it (an error, a timeout, a
+cancelled task, a vanished thread) frees it, so limiting in Redis resumes by itself."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from django.core.handlers.asgi import ASGIHandler
+from django.core.signals import request_finished, request_started
+from django.db import close_old_connections
+
+from django_throttle.store.breaker import CLOSED, OPEN, PROBING, Breaker
+from django_throttle.store.fallback import breaker
+from tests.helpers import rule, run
+from tests.redis_server import RedisServer
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("throttle_middleware")]
+
+INTERVAL = 0.2  # BREAKER_INTERVAL
+TIMEOUT = 1.0  # the decision timeout: the probe is still waiting on the paused server at 0.3 s
+PATH = "/users/1/"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_probe_that_never_reports_is_replaced_after_one_interval() -> None:
+    clock = Clock()
+    b = Breaker(lambda: 5.0, clock)
+    b.failed(OSError("down"))
+    clock.now += 5.0
+    assert b.allow() and b.state == PROBING  # the probe's thread then vanishes
+    clock.now += 4.9
+    assert not b.allow()  # still the probe's turn
+    clock.now += 0.1
+    assert b.allow() and b.state == PROBING  # another request probes
+    b.succeeded()
+    assert b.state == CLOSED
+
+
+def test_an_abandoned_probe_lets_the_next_request_probe_at_once() -> None:
+    clock = Clock()
+    b = Breaker(lambda: 5.0, clock)
+    b.failed(OSError("down"))
+    clock.now += 5.0
+    assert b.allow()
+    assert not b.allow()
+    b.abandoned()
+    assert b.state == OPEN
+    assert b.allow() and b.state == PROBING  # no new interval to wait
+
+
+def test_abandoned_does_not_reopen_a_closed_breaker() -> None:
+    b = Breaker(lambda: 5.0, Clock())
+    b.abandoned()
+    assert b.state == CLOSED and b.allow()
+
+
+@pytest.fixture
+def asgi_app() -> Any:
+    """Django's own ASGI handler, with the test database kept open between requests (as
+    Django's test clients keep it)."""
+    for signal in (request_started, request_finished):
+        signal.disconnect(close_old_connections)
+    yield ASGIHandler()
+    for signal in (request_started, request_finished):
+        signal.connect(close_old_connections)
+
+
+async def asgi_get(app: ASGIHandler, path: str, disconnect_after: float | None = None) -> Any:
+    """One GET through Django's ASGI handler; the client disconnects after ``disconnect_after``
+    seconds (Django then cancels the request's task). Returns the status, or None."""
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"testserver")],
+        "client": ("127.0.0.1", 40000),
+        "server": ("testserver", 80),
+    }
+    sent: list[dict[str, Any]] = []
+    requested = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal requested
+        if not requested:
+            requested = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        if disconnect_after is None:
+            await asyncio.Event().wait()  # connected until Django is done
+        await asyncio.sleep(disconnect_after or 0)
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)
+    start = next((m for m in sent if m["type"] == "http.response.start"), None)
+    return None if start is None else start["status"]
+
+
+@pytest.mark.parametrize("cancel_after", [0.0, 0.002, 0.02, 0.3])
+def test_a_cancelled_probe_under_asgi_frees_the_breaker(
+    settings: Any,
+    redis_server: RedisServer,
+    redis_client: Any,
+    asgi_app: ASGIHandler,
+    cancel_after: float,
+) -> None:
+    """The probe request's client disconnects while the probe waits on Redis (connecting,
+    handshaking, waiting for the reply): the next request probes, and limiting resumes."""
+    if not redis_server.managed:
+        pytest.skip("needs a redis-server the harness runs; unset REDIS_URL")
+    settings.DJANGO_THROTTLE = {
+        **settings.DJANGO_THROTTLE,
+        "TIMEOUT": TIMEOUT,
+        "CONNECT_TIMEOUT": TIMEOUT,
+        "BREAKER_INTERVAL": INTERVAL,
+    }
+    rule("closed", r"^/users/\d+/$", 3, fail_mode="closed", algorithm="fixed_window")
+    app = asgi_app
+
+    async def body() -> list[Any]:
+        statuses = [await asgi_get(app, PATH)]  # connected, script loaded
+        redis_server.pause()
+        try:
+            statuses.append(await asgi_get(app, PATH))  # times out: the breaker opens
+            assert breaker.state == OPEN
+            await asyncio.sleep(INTERVAL)
+            statuses.append(await asgi_get(app, PATH, disconnect_after=cancel_after))
+            assert breaker.state != PROBING
+        finally:
+            redis_server.resume()
+        # Requests that timed out reach Redis when it resumes (and may be counted there): let
+        # them run, then count from zero.
+        redis_client.ping()
+        redis_client.flushdb()
+        # No interval to wait: the next request is a probe and succeeds.
+        statuses += [await asgi_get(app, PATH) for _ in range(4)]
+        return statuses
+
+    statuses = run(body)
+    assert statuses[:2] == [200, 503]
+    assert statuses[2] is None  # the client went away: no response
+    assert statuses[3:] == [200, 200, 200, 429]  # 3 per window, counted in Redis again
+    assert breaker.state == CLOSED
+    counts = [redis_client.get(k) for k in redis_client.keys("thr:*")]
+    assert len(counts) == 1 and counts[0].endswith(b":3")  # the three admitted requests
