@@ -66,3 +66,18 @@ def race(url: str, rule: CompiledRule, identity: str, attempts: int) -> int:
         return sum(store.decide([Check(rule, identity)])[0].allowed for _ in range(attempts))
     finally:
         client.close()
+
+
+def race_cluster(url: str, rule: CompiledRule, identity: str, attempts: int) -> int:
+    """``race`` on a Redis Cluster, through the cluster store."""
+    from redis.cluster import RedisCluster
+
+    from django_throttle.store import Check, ClusterStore
+
+    store = ClusterStore(RedisCluster.from_url(url))
+    try:
+        store.decide([Check(rule, "warm-up")], dry_run=True)
+        _barrier.wait(timeout=60)
+        return sum(store.decide([Check(rule, identity)])[0].allowed for _ in range(attempts))
+    finally:
+        store.close()

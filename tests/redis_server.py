@@ -10,6 +10,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from urllib.parse import urlparse
 
 import redis
@@ -28,10 +29,25 @@ def _server_version(binary: str) -> tuple[int, ...]:
 
 
 class RedisServer:
-    """One redis-server process this harness owns (``managed``), or an existing one from REDIS_URL."""
+    """One redis-server process this harness owns (``managed``), or an existing one from REDIS_URL.
 
-    def __init__(self, url: str | None = None) -> None:
+    ``args`` are extra command-line options (after the defaults, so they override them),
+    ``config`` the text of a config file passed first (Sentinel needs one it can rewrite; it is
+    written once, so a restart reads what the server rewrote), ``port`` a port chosen by the
+    caller (a cluster node needs port + 10000 free too).
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        args: Sequence[str] = (),
+        config: str | None = None,
+        port: int | None = None,
+    ) -> None:
         self.managed = url is None
+        self.args = list(args)
+        self.config = config
         self.process: subprocess.Popen[bytes] | None = None
         self.paused = False
         if url is None:
@@ -39,7 +55,7 @@ class RedisServer:
             if binary is None:
                 raise RuntimeError("redis-server is not on PATH; install Debian's redis-server")
             self.binary = binary
-            self.port = _free_port()
+            self.port = port or _free_port()
             self.dir = tempfile.mkdtemp(prefix="throttle-redis-")
             self.url = f"redis://127.0.0.1:{self.port}/0"
         else:
@@ -57,10 +73,19 @@ class RedisServer:
         if not self.managed:
             raise RuntimeError("this test needs a redis-server the harness runs; unset REDIS_URL")
 
+    @property
+    def config_file(self) -> str:
+        return os.path.join(self.dir, "redis.conf")
+
     def start(self, timeout: float = 10.0) -> None:
         self._require_managed()
-        args = [
-            self.binary,
+        args = [self.binary]
+        if self.config is not None:
+            if not os.path.exists(self.config_file):
+                with open(self.config_file, "w") as file:
+                    file.write(self.config)
+            args.append(self.config_file)
+        args += [
             "--port", str(self.port),
             "--bind", "127.0.0.1",
             "--save", "",
@@ -70,6 +95,7 @@ class RedisServer:
         ]  # fmt: skip
         if _server_version(self.binary) >= (7, 0):
             args += ["--enable-debug-command", "local"]  # DEBUG SLEEP, for fault tests
+        args += self.args
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.paused = False
         deadline = time.monotonic() + timeout

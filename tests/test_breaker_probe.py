@@ -4,17 +4,17 @@ cancelled task, a vanished thread) frees it, so limiting in Redis resumes by its
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from django.core.handlers.asgi import ASGIHandler
-from django.core.signals import request_finished, request_started
-from django.db import close_old_connections
 
 from django_throttle.store.breaker import CLOSED, OPEN, PROBING, Breaker
 from django_throttle.store.fallback import breaker
 from tests.helpers import rule, run
 from tests.redis_server import RedisServer
+from tests.traffic import asgi_get, database_kept_open
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("throttle_middleware")]
 
@@ -64,52 +64,9 @@ def test_abandoned_does_not_reopen_a_closed_breaker() -> None:
 
 
 @pytest.fixture
-def asgi_app() -> Any:
-    """Django's own ASGI handler, with the test database kept open between requests (as
-    Django's test clients keep it)."""
-    for signal in (request_started, request_finished):
-        signal.disconnect(close_old_connections)
-    yield ASGIHandler()
-    for signal in (request_started, request_finished):
-        signal.connect(close_old_connections)
-
-
-async def asgi_get(app: ASGIHandler, path: str, disconnect_after: float | None = None) -> Any:
-    """One GET through Django's ASGI handler; the client disconnects after ``disconnect_after``
-    seconds (Django then cancels the request's task). Returns the status, or None."""
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"host", b"testserver")],
-        "client": ("127.0.0.1", 40000),
-        "server": ("testserver", 80),
-    }
-    sent: list[dict[str, Any]] = []
-    requested = False
-
-    async def receive() -> dict[str, Any]:
-        nonlocal requested
-        if not requested:
-            requested = True
-            return {"type": "http.request", "body": b"", "more_body": False}
-        if disconnect_after is None:
-            await asyncio.Event().wait()  # connected until Django is done
-        await asyncio.sleep(disconnect_after or 0)
-        return {"type": "http.disconnect"}
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    await app(scope, receive, send)
-    start = next((m for m in sent if m["type"] == "http.response.start"), None)
-    return None if start is None else start["status"]
+def asgi_app() -> Iterator[ASGIHandler]:
+    with database_kept_open():
+        yield ASGIHandler()
 
 
 @pytest.mark.parametrize("cancel_after", [0.0, 0.002, 0.02, 0.3])
@@ -134,13 +91,13 @@ def test_a_cancelled_probe_under_asgi_frees_the_breaker(
     app = asgi_app
 
     async def body() -> list[Any]:
-        statuses = [await asgi_get(app, PATH)]  # connected, script loaded
+        statuses = [(await asgi_get(app, PATH))[0]]  # connected, script loaded
         redis_server.pause()
         try:
-            statuses.append(await asgi_get(app, PATH))  # times out: the breaker opens
+            statuses.append((await asgi_get(app, PATH))[0])  # times out: the breaker opens
             assert breaker.state == OPEN
             await asyncio.sleep(INTERVAL)
-            statuses.append(await asgi_get(app, PATH, disconnect_after=cancel_after))
+            statuses.append((await asgi_get(app, PATH, disconnect_after=cancel_after))[0])
             assert breaker.state != PROBING
         finally:
             redis_server.resume()
@@ -149,7 +106,7 @@ def test_a_cancelled_probe_under_asgi_frees_the_breaker(
         redis_client.ping()
         redis_client.flushdb()
         # No interval to wait: the next request is a probe and succeeds.
-        statuses += [await asgi_get(app, PATH) for _ in range(4)]
+        statuses += [(await asgi_get(app, PATH))[0] for _ in range(4)]
         return statuses
 
     statuses = run(body)

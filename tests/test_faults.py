@@ -20,6 +20,7 @@ from django_throttle.store import Check, RedisStore, state_key
 from django_throttle.store.redis import DECIDE_SHA
 from tests.helpers import rule, run
 from tests.redis_server import RedisServer
+from tests.traffic import wait_until as wait_for
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("throttle_middleware")]
 
@@ -193,14 +194,6 @@ def synced(client: redis.Redis) -> bool:
     return (
         replication.get("master_link_status") == "up" and client.info("persistence")["loading"] == 0
     )
-
-
-def wait_for(condition: Any, within: float, step: float = 0.01) -> None:
-    deadline = time.monotonic() + within
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not true within {within} s")
-        time.sleep(step)
 
 
 # -- fixtures and helpers -----------------------------------------------------------------

@@ -189,8 +189,8 @@ class ClusterStore:
         except ResponseError as exc:
             stack.settle(conn, exc)
             raise
-        except BaseException:
-            conn.disconnect()
+        except BaseException as exc:
+            stack.lost(conn, exc)
             raise
         stack.give(conn)
         return reply
@@ -230,7 +230,7 @@ class ClusterStore:
             try:
                 conn.send_packed_command(conn.pack_command("EVALSHA", DECIDE_SHA, *args))
             except BaseException as exc:
-                conn.disconnect()
+                stack.lost(conn, exc)
                 self._failed(exc)
                 if not isinstance(exc, Exception):
                     raise
@@ -256,11 +256,11 @@ class ClusterStore:
                 self._failed(exc)
                 reply = exc
             except Exception as exc:
-                conn.disconnect()
+                stack.lost(conn, exc)
                 self._failed(exc)
                 reply = exc
-            except BaseException:
-                conn.disconnect()
+            except BaseException as exc:
+                stack.lost(conn, exc)
                 raise
             else:
                 stack.give(conn)
@@ -383,8 +383,8 @@ class AsyncClusterStore:
         except ResponseError as exc:
             await stack.settle(conn, exc)
             raise
-        except BaseException:
-            await conn.disconnect(nowait=True)
+        except BaseException as exc:
+            await stack.lost(conn, exc)
             raise
         stack.give(conn)
         return reply

@@ -10,9 +10,10 @@ RESP parsing, and disconnects itself on any error).
 
 A connection is never reused after a reply that says its server cannot take the
 decision any more: ``READONLY`` (the primary became a replica in a failover),
-``MASTERDOWN``, ``LOADING``, or any error of the connection itself. The next
-decision connects anew, through the configured address, to whatever primary is
-there now. ``NOSCRIPT`` is answered on the connection that reported it, so the
+``MASTERDOWN``, ``LOADING``, or any error of the connection itself. The idle
+connections go with it: they lead to the same server, and each would cost the
+circuit breaker one more interval to find out. The next decision connects anew,
+through the configured address, to whatever primary is there now. ``NOSCRIPT`` is answered on the connection that reported it, so the
 script is loaded on the very server the decision runs on.
 """
 
@@ -72,20 +73,26 @@ class ConnectionStack:
         return cls(pool)
 
     def take(self) -> Any:
-        """An idle connection, or a new one (it connects when first used)."""
+        """An idle connection, or a new one, connected.
+
+        connect() is called here, as redis-py's pool does: Sentinel's connections ask
+        the Sentinels for the primary's address there (sending a command would connect
+        to the configured host, the service name)."""
         try:
             conn = self._idle.pop()
         except IndexError:
-            return self._connection_class(**self._kwargs)
-        # Every idle connection finished its last command. One that reads as ready
-        # before we sent anything was closed by the server (restart, idle timeout):
-        # reconnect, as redis-py's pool does, instead of failing this request on it.
-        try:
-            stale = conn.can_read()
-        except ConnectionError:
-            stale = True
-        if stale:
+            conn = self._connection_class(**self._kwargs)
+        else:
+            # Every idle connection finished its last command. One that reads as ready
+            # before we sent anything was closed by the server (restart, idle timeout):
+            # reconnect, as redis-py's pool does, instead of failing this request on it.
+            try:
+                if not conn.can_read():
+                    return conn
+            except ConnectionError:
+                pass
             conn.disconnect()
+        conn.connect()
         return conn
 
     def give(self, conn: Any) -> None:
@@ -99,8 +106,8 @@ class ConnectionStack:
         except ResponseError as exc:
             self.settle(conn, exc)
             raise
-        except BaseException:
-            conn.disconnect()  # timed out or broken halfway: never reused
+        except BaseException as exc:
+            self.lost(conn, exc)  # timed out or broken halfway: never reused
             raise
         self._idle.append(conn)
         return reply
@@ -113,8 +120,8 @@ class ConnectionStack:
         except ResponseError as exc:
             self.settle(conn, exc)
             raise
-        except BaseException:
-            conn.disconnect()
+        except BaseException as exc:
+            self.lost(conn, exc)
             raise
         self._idle.append(conn)
         return reply
@@ -124,7 +131,13 @@ class ConnectionStack:
         if keeps(error):
             self._idle.append(conn)
         else:
-            conn.disconnect()
+            self.lost(conn, error)
+
+    def lost(self, conn: Any, error: BaseException) -> None:
+        """Close a connection that failed; after a store error, the idle ones too."""
+        conn.disconnect()
+        if isinstance(error, Exception):  # not a thread interrupted mid-command
+            self.disconnect()
 
     def disconnect(self) -> None:
         idle, self._idle = self._idle, []
@@ -163,13 +176,15 @@ class AsyncConnectionStack:
         try:
             conn = self._idle.pop()
         except IndexError:
-            return self._connection_class(**self._kwargs)
-        try:
-            stale = await _can_read(conn)
-        except ConnectionError:
-            stale = True
-        if stale:
+            conn = self._connection_class(**self._kwargs)
+        else:
+            try:
+                if not await _can_read(conn):
+                    return conn
+            except ConnectionError:
+                pass
             await conn.disconnect(nowait=True)
+        await conn.connect()
         return conn
 
     def give(self, conn: Any) -> None:
@@ -182,10 +197,10 @@ class AsyncConnectionStack:
         except ResponseError as exc:
             await self.settle(conn, exc)
             raise
-        except BaseException:
+        except BaseException as exc:
             # Cancelled (the client went away) or broken halfway: the reply may still
             # arrive on this socket, so it is closed, never reused.
-            await conn.disconnect(nowait=True)
+            await self.lost(conn, exc)
             raise
         self._idle.append(conn)
         return reply
@@ -197,8 +212,8 @@ class AsyncConnectionStack:
         except ResponseError as exc:
             await self.settle(conn, exc)
             raise
-        except BaseException:
-            await conn.disconnect(nowait=True)
+        except BaseException as exc:
+            await self.lost(conn, exc)
             raise
         self._idle.append(conn)
         return reply
@@ -207,7 +222,14 @@ class AsyncConnectionStack:
         if keeps(error):
             self._idle.append(conn)
         else:
-            await conn.disconnect(nowait=True)
+            await self.lost(conn, error)
+
+    async def lost(self, conn: Any, error: BaseException) -> None:
+        await conn.disconnect(nowait=True)
+        if isinstance(error, Exception):  # not a cancelled task: the server failed
+            idle, self._idle = self._idle, []
+            for other in idle:
+                await other.disconnect(nowait=True)
 
     async def disconnect(self) -> None:
         idle, self._idle = self._idle, []

@@ -96,6 +96,9 @@ class AsyncRedisStore:
         if self._stack is not None:
             await self._stack.disconnect()
         await self.client.aclose()
+        manager = getattr(self.client.connection_pool, "sentinel_manager", None)
+        for sentinel in getattr(manager, "sentinels", ()):
+            await sentinel.aclose()
 
     async def decide(self, checks: Sequence[Check], dry_run: bool = False) -> list[Result]:
         if not checks:
@@ -154,14 +157,12 @@ def client_from_cache(alias: str) -> tuple[Any, bool]:
     elif type(pool) is SentinelConnectionPool:
         # django-redis's SentinelConnectionFactory: the same service and Sentinels, asked
         # with the decision timeouts too (a new connection asks them for the primary).
-        sentinels = [s.connection_pool.connection_kwargs for s in pool.sentinel_manager.sentinels]
-        sentinel_kwargs = _with_decision_timeouts(sentinels[0])
-        for name in ("host", "port"):
-            sentinel_kwargs.pop(name, None)
+        old = pool.sentinel_manager
+        addresses = [s.connection_pool.connection_kwargs for s in old.sentinels]
         manager = Sentinel(  # type: ignore[no-untyped-call]
-            [(s["host"], s["port"]) for s in sentinels],
-            min_other_sentinels=pool.sentinel_manager.min_other_sentinels,
-            sentinel_kwargs=sentinel_kwargs,
+            [(a["host"], a["port"]) for a in addresses],
+            min_other_sentinels=old.min_other_sentinels,
+            sentinel_kwargs=_with_decision_timeouts(old.sentinel_kwargs),
         )
         new_pool = SentinelConnectionPool(  # type: ignore[no-untyped-call]
             pool.service_name,

@@ -1,0 +1,326 @@
+"""Decisions on a real six-node Redis Cluster (three masters, three replicas): keys spread over
+the masters, every algorithm exact, one call per slot group sent at once, all-or-nothing
+across slots, redirections followed, racing processes, and a master killed under load."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import multiprocessing
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import closing
+from typing import Any
+
+import pytest
+import redis
+from redis.cluster import RedisCluster
+
+from django_throttle.keyspace import client_tag
+from django_throttle.store import Check, ClusterStore, state_key
+from django_throttle.store.cluster import AsyncClusterStore, group_by_slot, slot_of_tag
+from tests.engine_helpers import ALGORITHMS, make_rule, race_cluster, start_racer
+from tests.helpers import run
+from tests.redis_topology import ClusterHarness
+from tests.traffic import Traffic, database_kept_open, wait_until
+
+pytestmark = [pytest.mark.topology]
+
+INTERVAL = 0.5
+TIMEOUT = 0.1
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[ClusterHarness]:
+    with ClusterHarness() as harness:
+        yield harness
+
+
+@pytest.fixture
+def store(cluster: ClusterHarness) -> Iterator[ClusterStore]:
+    cluster.flushall()
+    made = ClusterStore(RedisCluster.from_url(cluster.url))
+    yield made
+    made.close()
+
+
+def on_other_masters(cluster: ClusterHarness, n: int, prefix: str) -> list[str]:
+    """``n`` identities whose keys live on ``n`` different masters."""
+    found: dict[int, str] = {}
+    i = 0
+    while len(found) < n:
+        identity = f"{prefix}:{i}"
+        found.setdefault(cluster.node_for_slot(slot_of_tag(client_tag(identity))), identity)
+        i += 1
+    return list(found.values())
+
+
+def evalsha_calls(port: int) -> int:
+    with closing(redis.Redis(port=port, socket_timeout=5)) as client:
+        stats = client.info("commandstats").get("cmdstat_evalsha", {})
+    return int(stats.get("calls", 0))
+
+
+def test_keys_spread_evenly_over_the_masters(cluster: ClusterHarness, store: ClusterStore) -> None:
+    limit = make_rule("fixed_window", 10)
+    clients = 10_000
+    for start in range(0, clients, 100):
+        for i in range(start, start + 100):
+            store.decide([Check(limit, f"ip:198.18.{i // 256}.{i % 256}")])
+    per_master = cluster.keys_per_master()
+    assert len(per_master) == 3 and sum(per_master.values()) == clients
+    mean = clients / 3
+    print({port: round(n / mean, 3) for port, n in per_master.items()})
+    assert max(per_master.values()) <= 1.15 * mean
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_every_algorithm_admits_exactly_the_limit(store: ClusterStore, algorithm: str) -> None:
+    limit = make_rule(algorithm, 5)
+    outcomes = [store.decide([Check(limit, "ip:203.0.113.9")])[0].allowed for _ in range(8)]
+    assert outcomes == [True] * 5 + [False] * 3
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_every_algorithm_admits_exactly_the_limit_async(
+    cluster: ClusterHarness, algorithm: str
+) -> None:
+    cluster.flushall()
+    limit = make_rule(algorithm, 5)
+
+    async def body() -> list[bool]:
+        store = AsyncClusterStore.from_url(cluster.url)
+        try:
+            return [
+                (await store.decide([Check(limit, "ip:203.0.113.9")]))[0].allowed for _ in range(8)
+            ]
+        finally:
+            await store.aclose()
+
+    assert run(body) == [True] * 5 + [False] * 3
+
+
+def test_the_rules_of_one_client_are_one_call(cluster: ClusterHarness, store: ClusterStore) -> None:
+    rules = [make_rule(a, 10, rule_id=n) for n, a in enumerate(ALGORITHMS, 1)]
+    checks = [Check(r, "ip:203.0.113.10") for r in rules]
+    assert len(group_by_slot(checks)) == 1
+    store.decide(checks)  # connected, script loaded
+    before = sum(evalsha_calls(m.port) for m in cluster.masters())
+    assert all(r.allowed for r in store.decide(checks))
+    assert sum(evalsha_calls(m.port) for m in cluster.masters()) == before + 1
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_slot_groups_are_sent_at_once(
+    cluster: ClusterHarness, settings: Any, asynchronous: bool
+) -> None:
+    """With the first group's master hung, the second group's master gets its call at once:
+    the calls are not made one after the other."""
+    cluster.flushall()
+    settings.DJANGO_THROTTLE = {**settings.DJANGO_THROTTLE, "TIMEOUT": 2.0}
+    first, second = on_other_masters(cluster, 2, "user")
+    limit = make_rule("fixed_window", 10)
+    checks = [Check(limit, first), Check(limit, second)]
+    hung = cluster.node(cluster.node_for_slot(slot_of_tag(client_tag(first))))
+    other = cluster.node_for_slot(slot_of_tag(client_tag(second)))
+    warm, go = threading.Event(), threading.Event()
+
+    def scenario() -> None:
+        """Connect to both masters and load the script, then decide once more on ``go``."""
+        if asynchronous:
+
+            async def body() -> None:
+                store = AsyncClusterStore.from_url(cluster.url)
+                try:
+                    await store.decide(checks)
+                    warm.set()
+                    await asyncio.to_thread(go.wait)
+                    with contextlib.suppress(redis.RedisError):  # the hung master times out
+                        await store.decide(checks)
+                finally:
+                    await store.aclose()
+
+            run(body)
+        else:
+            store = ClusterStore(RedisCluster.from_url(cluster.url))
+            store.decide(checks)
+            warm.set()
+            go.wait()
+            with contextlib.suppress(redis.RedisError):
+                store.decide(checks)
+            store.close()
+
+    thread = threading.Thread(target=scenario)
+    thread.start()
+    try:
+        assert warm.wait(10)
+        before = evalsha_calls(other)
+        hung.pause()
+        go.set()
+        wait_until(lambda: evalsha_calls(other) == before + 1, within=1.5)
+    finally:
+        go.set()
+        if hung.paused:
+            hung.resume()
+        thread.join()
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_a_request_rejected_in_one_slot_consumes_nothing_in_another(
+    cluster: ClusterHarness, store: ClusterStore, algorithm: str, asynchronous: bool
+) -> None:
+    """The request's check on another slot committed, then was refunded: its state is as if the
+    rejected request never came, for every algorithm."""
+    user, address = on_other_masters(cluster, 2, "who")
+    generous = make_rule(algorithm, 100, rule_id=1)
+    tight = make_rule("fixed_window", 1, rule_id=2)
+    checks = [Check(generous, user), Check(tight, address)]
+
+    async def decide_async() -> list[list[Any]]:
+        async_store = AsyncClusterStore.from_url(cluster.url)
+        try:
+            return [await async_store.decide(checks) for _ in range(4)]
+        finally:
+            await async_store.aclose()
+
+    decisions = run(decide_async) if asynchronous else [store.decide(checks) for _ in range(4)]
+    assert [r.allowed for r in decisions[0]] == [True, True]
+    for rejected in decisions[1:]:
+        assert [r.allowed for r in rejected] == [True, False]
+        assert rejected[0].remaining == 99  # what is left: the rejected request took nothing
+    # The generous rule's own state: only the first request is in it.
+    assert store.decide([Check(generous, user)], dry_run=True)[0].remaining == 99
+    key = state_key(generous, user)
+    assert store.client.pttl(key) > 0
+    if algorithm == "sliding_window_log":
+        assert store.client.zcard(key) == 1
+
+
+def test_a_dry_run_across_slots_writes_nothing(
+    cluster: ClusterHarness, store: ClusterStore
+) -> None:
+    a, b = on_other_masters(cluster, 2, "dry")
+    limit = make_rule("fixed_window", 5)
+    results = store.decide([Check(limit, a), Check(limit, b)], dry_run=True)
+    assert [r.allowed for r in results] == [True, True]
+    assert sum(cluster.keys_per_master().values()) == 0
+
+
+def test_moved_after_a_manual_failover_is_followed(
+    cluster: ClusterHarness, store: ClusterStore
+) -> None:
+    """CLUSTER FAILOVER on a replica: the old master answers MOVED; the slot map is read again
+    and the decision goes through, without an error."""
+    limit = make_rule("fixed_window", 10)
+    identity = "ip:203.0.113.20"
+    assert store.decide([Check(limit, identity)])[0].remaining == 9
+    slot = slot_of_tag(client_tag(identity))
+    old = cluster.node_for_slot(slot)
+    replica = next(
+        n.port
+        for n in cluster.alive
+        if n.port != old and n.client().info("replication").get("master_port") == old
+    )
+    with closing(redis.Redis(port=replica, socket_timeout=5)) as client:
+        client.execute_command("CLUSTER", "FAILOVER")
+    wait_until(lambda: cluster.node_for_slot(slot) == replica, within=10, step=0.05)
+    cluster.wait_steady()
+    assert store.decide([Check(limit, identity)])[0].remaining == 8
+
+
+def test_ask_during_a_slot_migration_is_followed(
+    cluster: ClusterHarness, store: ClusterStore
+) -> None:
+    """A slot migrating to another master: a key not yet on the source is asked of the target
+    (ASKING), which keeps it."""
+    limit = make_rule("fixed_window", 10)
+    identity = "ip:203.0.113.30"
+    slot = slot_of_tag(client_tag(identity))
+    source = cluster.node_for_slot(slot)
+    target = next(m.port for m in cluster.masters() if m.port != source)
+    with (
+        closing(redis.Redis(port=source, socket_timeout=5)) as src,
+        closing(redis.Redis(port=target, socket_timeout=5)) as dst,
+    ):
+        source_id, target_id = (
+            src.execute_command("CLUSTER", "MYID"),
+            dst.execute_command("CLUSTER", "MYID"),
+        )
+        dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+        src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+        try:
+            result = store.decide([Check(limit, identity)])[0]
+            assert result.allowed and result.remaining == 9
+            assert dst.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) == 1
+            assert src.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) == 0
+        finally:
+            asking = dst.pipeline(transaction=False)  # the target serves the slot after ASKING
+            asking.execute_command("ASKING")
+            asking.delete(state_key(limit, identity))
+            asking.execute()
+            for client in (src, dst):
+                client.execute_command("CLUSTER", "SETSLOT", slot, "STABLE")
+
+
+@pytest.fixture(scope="module")
+def racers() -> Iterator[Any]:
+    context = multiprocessing.get_context("spawn")
+    pool = context.Pool(8, initializer=start_racer, initargs=(context.Barrier(8),))
+    yield pool
+    pool.close()
+    pool.join()
+
+
+@pytest.mark.slow
+def test_eight_processes_racing_on_one_key_admit_exactly_the_limit(
+    cluster: ClusterHarness, racers: Any
+) -> None:
+    cluster.flushall()
+    limit = make_rule("sliding_window_log", 50)
+    counts = racers.starmap(
+        race_cluster, [(cluster.url, limit, "ip:203.0.113.40", 40)] * 8, chunksize=1
+    )
+    assert sum(counts) == 50
+
+
+# -- through the middleware: a master killed under load (last: it changes the cluster) -------
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("throttle_middleware")
+def test_a_master_killed_under_load(client: Any, settings: Any, cluster: ClusterHarness) -> None:
+    cluster.flushall()
+    settings.DJANGO_THROTTLE = {
+        **settings.DJANGO_THROTTLE,
+        "CLUSTER_URL": cluster.url,
+        "TIMEOUT": TIMEOUT,
+        "CONNECT_TIMEOUT": TIMEOUT,
+        "BREAKER_INTERVAL": INTERVAL,
+        "RULES_REFRESH": 3600.0,
+    }
+    from tests.test_failover import (
+        CLOSED,
+        OPEN,
+        assert_exact,
+        assert_failover,
+        three_rules,
+        warm_up,
+    )
+
+    three_rules()
+    warm_up(client)
+    victim = cluster.node_for_slot(slot_of_tag(client_tag("ip:127.0.0.1")))
+    with database_kept_open(), Traffic([OPEN, CLOSED]) as traffic:
+        time.sleep(0.5)
+        fault_at = time.monotonic()
+        cluster.kill_master(victim)
+        reachable_at = time.monotonic()  # the replica serves the slots; all nodes agree
+        wait_until(lambda: traffic.first_ok_after(CLOSED, reachable_at), within=10)
+        time.sleep(0.3)
+    figures = assert_failover(traffic, fault_at, reachable_at)
+    assert figures["503"] > 0  # the client's master was the one killed
+    assert figures["recovery s"] <= INTERVAL + 1.5
+    assert_exact(client)
+    cluster.revive(victim)

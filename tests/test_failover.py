@@ -1,0 +1,235 @@
+"""A primary that fails over, seen through the middleware: a managed Redis switched over behind
+its address (a TCP proxy here), and Sentinel, under WSGI and ASGI.
+
+For each fault: no 500, 503 with Retry-After only on the fail-closed rule and only until the
+new primary is in use, limiting exact again afterwards, and the time to recover measured.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterator
+from contextlib import closing
+from typing import Any
+
+import pytest
+import redis
+
+from django_throttle import acheck, check
+from django_throttle.store import Check, RedisStore
+from django_throttle.store.redis import DECIDE_SHA, client_from_cache
+from tests.engine_helpers import make_rule
+from tests.helpers import rule, run
+from tests.redis_topology import ReplicatedRedis, SentinelGroup, TcpProxy
+from tests.traffic import Traffic, database_kept_open, wait_until
+
+pytestmark = [pytest.mark.topology, pytest.mark.usefixtures("throttle_middleware")]
+
+INTERVAL = 0.5  # BREAKER_INTERVAL of these tests
+TIMEOUT = 0.1
+MARGIN = 1.5  # slack for a loaded machine on top of what the design allows
+OPEN = "/api/items/"  # fail-open rule, never limited by this traffic
+CLOSED = "/users/1/"  # fail-closed rule, never limited by this traffic
+EXACT = "/shop/named/"  # 5 per hour, requested only after the fault
+
+
+def throttle_settings(settings: Any, cache: dict[str, Any]) -> None:
+    settings.CACHES = {**settings.CACHES, "default": cache}
+    settings.DJANGO_THROTTLE = {
+        **settings.DJANGO_THROTTLE,
+        "TIMEOUT": TIMEOUT,
+        "CONNECT_TIMEOUT": TIMEOUT,
+        "BREAKER_INTERVAL": INTERVAL,
+        "RULES_REFRESH": 3600.0,  # the traffic's threads never read the database
+    }
+
+
+def sentinel_cache(group: SentinelGroup, **options: Any) -> dict[str, Any]:
+    """A cache configured as django-redis documents Sentinel."""
+    return {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": f"redis://{group.service_name}/0",
+        "OPTIONS": {
+            "CONNECTION_FACTORY": "django_redis.pool.SentinelConnectionFactory",
+            "SENTINELS": group.sentinels,
+            **options,
+        },
+    }
+
+
+def three_rules() -> None:
+    rule("open", "/api/", 1_000_000, fail_mode="open", algorithm="fixed_window")
+    rule("closed", r"^/users/\d+/$", 1_000_000, fail_mode="closed", algorithm="fixed_window")
+    rule("exact", "shop:named", 5, unit="hour", fail_mode="closed", algorithm="fixed_window")
+
+
+def warm_up(client: Any) -> None:
+    assert [client.get(p).status_code for p in (OPEN, CLOSED)] == [200, 200]
+
+
+def assert_failover(traffic: Traffic, fault_at: float, reachable_at: float) -> dict[str, float]:
+    """What the traffic saw; returns the figures (printed with -s)."""
+    answers = traffic.answers
+    statuses = {a.status for a in answers}
+    assert statuses <= {200, 503}, statuses  # never a 500, never limited by this traffic
+    assert all(a.status == 200 for a in traffic.on(OPEN))  # fail-open: the local fallback
+    unavailable = [a for a in answers if a.status == 503]
+    assert all(a.path == CLOSED and int(a.retry_after or 0) >= 1 for a in unavailable)
+    recovered = traffic.first_ok_after(CLOSED, reachable_at)
+    assert recovered is not None
+    # 503 only during the fault: none sent after limiting had resumed.
+    assert all(fault_at <= a.received and a.sent <= recovered.received for a in unavailable)
+    figures = {
+        "requests": len(answers),
+        "503": len(unavailable),
+        "503 window s": (unavailable[-1].received - unavailable[0].sent) if unavailable else 0.0,
+        "recovery s": recovered.received - reachable_at,
+    }
+    print(figures)
+    return figures
+
+
+def assert_exact(client: Any) -> None:
+    assert [client.get(EXACT).status_code for _ in range(6)] == [200] * 5 + [429]
+
+
+# -- a managed primary switched over behind its address -------------------------------------
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[ReplicatedRedis, TcpProxy]]:
+    replicated = ReplicatedRedis()
+    proxy = TcpProxy(replicated.primary.port)
+    yield replicated, proxy
+    proxy.close()
+    replicated.close()
+
+
+def script_loads(port: int) -> int:
+    with closing(redis.Redis(port=port, socket_timeout=5)) as client:
+        stats = client.info("commandstats").get("cmdstat_script|load", {})
+    return int(stats.get("calls", 0))
+
+
+def test_readonly_drops_the_connection_and_noscript_loads_on_the_new_primary(
+    pair: tuple[ReplicatedRedis, TcpProxy],
+) -> None:
+    replicated, proxy = pair
+    store = RedisStore(redis.Redis.from_url(proxy.url))
+    limit = make_rule("fixed_window", 10)
+    assert store.decide([Check(limit, "ip:1")])[0].allowed  # connected to the primary
+    old, new = replicated.primary.port, replicated.replica.port
+    replicated.switchover()
+    proxy.switch(new)
+    loads_on_old = script_loads(old)
+    with pytest.raises(redis.ReadOnlyError):
+        store.decide([Check(limit, "ip:1")])  # the open connection leads to the old primary
+    # The next decision connects anew, through the proxy, to the new primary, which has no
+    # script yet: it is loaded there, on that connection, and the decision goes through.
+    result = store.decide([Check(limit, "ip:1")])[0]
+    assert result.allowed and result.remaining == 8  # the count replicated before the switch
+    with closing(redis.Redis(port=new)) as client:
+        assert client.script_exists(DECIDE_SHA) == [True]
+    assert script_loads(old) == loads_on_old
+
+
+@pytest.mark.django_db(transaction=True)
+def test_switchover_under_load_recovers_within_the_breaker_interval(
+    client: Any, settings: Any, pair: tuple[ReplicatedRedis, TcpProxy]
+) -> None:
+    replicated, proxy = pair
+    throttle_settings(settings, {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": proxy.url})
+    three_rules()
+    warm_up(client)
+    with database_kept_open(), Traffic([OPEN, CLOSED]) as traffic:
+        time.sleep(0.5)
+        fault_at = time.monotonic()
+        replicated.switchover()
+        proxy.switch(replicated.primary.port)
+        reachable_at = time.monotonic()
+        wait_until(lambda: traffic.first_ok_after(CLOSED, reachable_at), within=10)
+        time.sleep(0.3)
+    figures = assert_failover(traffic, fault_at, reachable_at)
+    assert figures["recovery s"] <= INTERVAL + MARGIN
+    assert_exact(client)
+
+
+# -- Sentinel ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def group() -> Iterator[SentinelGroup]:
+    # A service name of its own: django-redis keeps a pool per LOCATION for the process.
+    with SentinelGroup(service_name=f"svc{next(_groups)}") as sentinels:
+        yield sentinels
+
+
+_groups = itertools.count()
+
+
+def test_sentinel_decisions_get_the_decision_timeouts(settings: Any, group: SentinelGroup) -> None:
+    throttle_settings(settings, sentinel_cache(group, SOCKET_TIMEOUT=5, SOCKET_CONNECT_TIMEOUT=5))
+    client, owned = client_from_cache("default")
+    kwargs = client.connection_pool.connection_kwargs
+    assert owned and (kwargs["socket_timeout"], kwargs["socket_connect_timeout"]) == (0.1, 0.1)
+    sentinel = client.connection_pool.sentinel_manager.sentinels[0]
+    assert sentinel.connection_pool.connection_kwargs["socket_timeout"] == TIMEOUT
+    client.close()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("asgi", [False, True], ids=["wsgi", "asgi"])
+def test_a_hung_sentinel_primary_costs_one_decision_timeout(
+    rf: Any, settings: Any, group: SentinelGroup, asgi: bool
+) -> None:
+    """The cache waits 5 s for a reply; a decision waits TIMEOUT, then the rule's fail mode."""
+    throttle_settings(settings, sentinel_cache(group, SOCKET_TIMEOUT=5, SOCKET_CONNECT_TIMEOUT=5))
+    rule("closed", "login", 5, fail_mode="closed")
+
+    def decide() -> Any:
+        request = rf.get("/login/")
+        if asgi:
+            return run(lambda: acheck(request, "login"))
+        return check(request, "login")
+
+    assert decide().allowed  # connected through the Sentinels, script loaded
+    group.master().pause()
+    try:
+        started = time.monotonic()
+        decision = decide()
+        waited = time.monotonic() - started
+    finally:
+        group.master().resume()
+    assert not decision.allowed and decision.unavailable
+    assert waited < 5 * TIMEOUT + MARGIN  # far from the cache's 5 s
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("asgi", [False, True], ids=["wsgi", "asgi"])
+def test_sentinel_failover_under_load(
+    client: Any, settings: Any, group: SentinelGroup, asgi: bool
+) -> None:
+    """SENTINEL FAILOVER of a healthy primary: the old primary takes writes until Sentinel
+    demotes it (Sentinel's INFO period, up to 10 s); then READONLY drops the connections and
+    the next decisions ask the Sentinels for the new primary."""
+    throttle_settings(settings, sentinel_cache(group))
+    three_rules()
+    warm_up(client)
+    old = group.master()
+    with database_kept_open(), Traffic([OPEN, CLOSED], asgi=asgi) as traffic:
+        time.sleep(0.5)
+        fault_at = time.monotonic()
+        group.failover()
+
+        def demoted() -> bool:
+            with closing(old.client(socket_timeout=1)) as node:
+                return bool(node.info("replication")["role"] == "slave")
+
+        wait_until(demoted, within=30, step=0.05)
+        reachable_at = time.monotonic()  # from here only the new primary takes writes
+        wait_until(lambda: traffic.first_ok_after(CLOSED, reachable_at), within=10)
+        time.sleep(0.3)
+    figures = assert_failover(traffic, fault_at, reachable_at)
+    assert figures["recovery s"] <= INTERVAL + MARGIN
+    assert_exact(client)
