@@ -1,0 +1,101 @@
+"""The ACL users of docs/deploying.md can do everything django-throttle does, and no more is
+needed: each is applied as written there, then every algorithm decides, a rule change is
+announced, a key is reset, across cluster slots too."""
+
+from __future__ import annotations
+
+import re
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from redis.cluster import RedisCluster
+
+from django_throttle import check
+from django_throttle.compiled import build_rule
+from django_throttle.rules.cache import RedisVersion
+from django_throttle.store import Check, ClusterStore, get_store
+from tests.engine_helpers import ALGORITHMS
+from tests.helpers import rule
+from tests.redis_server import RedisServer
+from tests.redis_topology import ClusterHarness
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "deploying.md"
+PASSWORD = "change-me"
+
+
+def acl_lines() -> list[list[str]]:
+    """The ``ACL SETUSER throttle ...`` lines of the guide, as arguments after ``ACL``."""
+    lines = re.findall(r"^ACL SETUSER throttle .*$", DOC.read_text(), flags=re.M)
+    assert len(lines) == 2, "docs/deploying.md gives one user for a primary, one for a cluster"
+    return [line.split()[1:] for line in lines]
+
+
+def set_user(port: int, arguments: list[str]) -> None:
+    with closing(redis.Redis(port=port, socket_timeout=5)) as admin:
+        admin.execute_command("ACL", *arguments)
+
+
+def denied(port: int) -> list[Any]:
+    with closing(redis.Redis(port=port, socket_timeout=5)) as admin:
+        return list(admin.execute_command("ACL", "LOG"))
+
+
+@pytest.mark.django_db
+def test_the_primary_user_is_enough(settings: Any, rf: Any, redis_server: RedisServer) -> None:
+    if not redis_server.managed:
+        pytest.skip("changes the users of a redis-server the harness runs; unset REDIS_URL")
+    single, _ = acl_lines()
+    set_user(redis_server.port, single)
+    try:
+        url = f"redis://throttle:{PASSWORD}@127.0.0.1:{redis_server.port}/0"
+        settings.CACHES = {
+            **settings.CACHES,
+            "default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": url},
+        }
+        for n, algorithm in enumerate(ALGORITHMS):
+            rule(f"r{n}", f"scope{n}", 2, algorithm=algorithm, fail_mode="closed")
+        RedisVersion().bump()
+        for n in range(len(ALGORITHMS)):
+            decisions = [check(rf.get("/"), f"scope{n}") for _ in range(3)]
+            assert [d.allowed for d in decisions] == [True, True, False]
+            assert not decisions[-1].unavailable  # rejected by the limit, not by a refusal
+        store = get_store()
+        limit = build_rule(id=99, name="x", algorithm="fixed_window", limit=1, period=60)
+        store.decide([Check(limit, "ip:1")])
+        store.reset(limit, "ip:1")
+        assert store.decide([Check(limit, "ip:1")])[0].allowed
+        assert denied(redis_server.port) == []
+    finally:
+        with closing(redis.Redis(port=redis_server.port)) as admin:
+            admin.execute_command("ACL", "DELUSER", "throttle")
+            admin.execute_command("ACL", "LOG", "RESET")
+
+
+@pytest.mark.topology
+def test_the_cluster_user_is_enough() -> None:
+    _, clustered = acl_lines()
+    with ClusterHarness() as cluster:
+        for node in cluster.alive:
+            set_user(node.port, clustered)
+        port = cluster.alive[0].port
+        store = ClusterStore(RedisCluster.from_url(f"redis://throttle:{PASSWORD}@127.0.0.1:{port}"))
+        try:
+            for n, algorithm in enumerate(ALGORITHMS, 1):
+                limit = build_rule(id=n, name=f"r{n}", algorithm=algorithm, limit=2, period=60)
+                tight = build_rule(
+                    id=50 + n, name="t", algorithm="fixed_window", limit=1, period=60
+                )
+                # Two slots, the second rejecting from the second call on: refunds run too.
+                outcomes = [
+                    [r.allowed for r in store.decide([Check(limit, "ip:1"), Check(tight, "u:7")])]
+                    for _ in range(3)
+                ]
+                assert outcomes == [[True, True], [True, False], [True, False]]
+                store.reset(limit, "ip:1")
+            store.client.set("thr:rules:version", "v")
+            assert all(denied(node.port) == [] for node in cluster.alive)
+        finally:
+            store.close()
