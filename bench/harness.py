@@ -130,11 +130,16 @@ def unpin_client() -> None:
 
 
 def configure_django(
-    redis_url: str, apps: Sequence[str] = (), migrate: bool = False, **settings: Any
+    redis_url: str,
+    apps: Sequence[str] = (),
+    migrate: bool = False,
+    database: str = ":memory:",
+    **settings: Any,
 ) -> None:
     """Django configured in the process: SQLite in memory, a django-redis cache on the bench's
     server, django_throttle on Redis with a 1 s timeout (a stall of a shared machine must not
-    abort a run; any timeout costs the same per call)."""
+    abort a run; any timeout costs the same per call). ``database``: another SQLite name, e.g.
+    ``file:x?mode=memory&cache=shared``, one in-memory database for every thread."""
     import django
     from django.conf import settings as django_settings
 
@@ -146,7 +151,7 @@ def configure_django(
         USE_TZ=True,
         ALLOWED_HOSTS=["*"],
         INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", *apps],
-        DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
+        DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": database}},
         CACHES={"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": redis_url}},
         DJANGO_THROTTLE=throttle,
         **settings,

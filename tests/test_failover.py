@@ -112,26 +112,45 @@ def script_loads(port: int) -> int:
     return int(stats.get("calls", 0))
 
 
-def test_readonly_drops_the_connection_and_noscript_loads_on_the_new_primary(
+def test_readonly_drops_the_connections_and_noscript_loads_on_the_new_primary(
     pair: tuple[ReplicatedRedis, TcpProxy],
 ) -> None:
     replicated, proxy = pair
-    store = RedisStore(redis.Redis.from_url(proxy.url))
+    client = redis.Redis.from_url(proxy.url)
+    store = RedisStore(client)
     limit = make_rule("fixed_window", 10)
     assert store.decide([Check(limit, "ip:1")])[0].allowed  # connected to the primary
     old, new = replicated.primary.port, replicated.replica.port
     replicated.switchover()
+    # The address still leads to the old primary, now a replica: READONLY, and again on the
+    # one new connection tried.
+    with pytest.raises(redis.ReadOnlyError):
+        store.decide([Check(limit, "ip:1")])
     proxy.switch(new)
     loads_on_old = script_loads(old)
-    with pytest.raises(redis.ReadOnlyError):
-        store.decide([Check(limit, "ip:1")])  # the open connection leads to the old primary
-    # The next decision connects anew, through the proxy, to the new primary, which has no
-    # script yet: it is loaded there, on that connection, and the decision goes through.
+    # The address now leads to the new primary, which has no script yet: it is loaded there,
+    # on the decision's connection, and the decision goes through.
     result = store.decide([Check(limit, "ip:1")])[0]
     assert result.allowed and result.remaining == 8  # the count replicated before the switch
-    with closing(redis.Redis(port=new)) as client:
-        assert client.script_exists(DECIDE_SHA) == [True]
+    with closing(redis.Redis(port=new)) as node:
+        assert node.script_exists(DECIDE_SHA) == [True]
     assert script_loads(old) == loads_on_old
+    client.close()
+
+
+def test_a_decision_refused_with_readonly_goes_once_more_to_the_new_primary(
+    pair: tuple[ReplicatedRedis, TcpProxy],
+) -> None:
+    """The open connection leads to the demoted primary; the decision is sent again on a new
+    connection, which the moved address leads to the new primary: no error at all."""
+    replicated, proxy = pair
+    store = RedisStore(redis.Redis.from_url(proxy.url))
+    limit = make_rule("fixed_window", 10)
+    assert store.decide([Check(limit, "ip:1")])[0].allowed
+    replicated.switchover()
+    proxy.switch(replicated.primary.port)
+    assert store.decide([Check(limit, "ip:1")])[0].remaining == 8
+    store.client.close()
 
 
 @pytest.mark.django_db(transaction=True)

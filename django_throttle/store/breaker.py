@@ -77,11 +77,15 @@ class Breaker:
         return max(1.0, self._open_until - self._clock())
 
     def succeeded(self) -> None:
-        if self.state == CLOSED:
+        """A call succeeded. Only the probe's success closes an open breaker: a call that
+        began before the failure and ended after it says nothing about the store now."""
+        if self.state != PROBING:
             return
         with self._lock:
-            was, self.state = self.state, CLOSED
-        if was != CLOSED:
+            was = self.state
+            if was == PROBING:
+                self.state = CLOSED
+        if was == PROBING:
             logger.warning(
                 "django_throttle: the store is reachable again; limiting in Redis resumes"
             )

@@ -224,7 +224,8 @@ class ClusterStore:
             try:
                 stack = self._master(slot)
                 conn = stack.take()
-            except Exception as exc:
+            except Exception as exc:  # could not connect: the node may be gone
+                self._failed(exc)
                 sent.append(exc)
                 continue
             try:

@@ -13,8 +13,9 @@ decision any more: ``READONLY`` (the primary became a replica in a failover),
 ``MASTERDOWN``, ``LOADING``, or any error of the connection itself. The idle
 connections go with it: they lead to the same server, and each would cost the
 circuit breaker one more interval to find out. The next decision connects anew,
-through the configured address, to whatever primary is there now. ``NOSCRIPT`` is answered on the connection that reported it, so the
-script is loaded on the very server the decision runs on.
+through the configured address, to whatever primary is there now; after ``READONLY``
+the same decision does, once. ``NOSCRIPT`` is answered on the connection that reported
+it, so the script is loaded on the very server the decision runs on.
 """
 
 from __future__ import annotations
@@ -47,6 +48,16 @@ STACKABLE_POOLS = (ConnectionPool, SentinelConnectionPool)
 def keeps(error: ResponseError) -> bool:
     """Whether a connection that read this error reply whole may be used again."""
     return not isinstance(error, SERVER_GONE_REPLIES)
+
+
+def demoted(error: BaseException) -> bool:
+    """Whether the server said it is a replica now (redis-py's Sentinel connections turn
+    READONLY into a ConnectionError raised while handling it).
+
+    A script refused with READONLY wrote nothing (decide.lua writes only once every check
+    is evaluated), so the decision can be sent again, once, on a new connection: through
+    the configured address or the Sentinels, it reaches the new primary."""
+    return isinstance(error, ReadOnlyError) or isinstance(error.__context__, ReadOnlyError)
 
 
 class ConnectionStack:
@@ -112,16 +123,21 @@ class ConnectionStack:
         self._idle.append(conn)
         return reply
 
-    def run_script(self, sha: str, source: str, *args: Any) -> Any:
-        """EVALSHA, loading the script on this same connection if its server lacks it."""
+    def run_script(self, sha: str, source: str, *args: Any, again: bool = True) -> Any:
+        """EVALSHA, loading the script on this same connection if its server lacks it; once
+        more on a new connection if the server has become a replica."""
         conn = self.take()
         try:
             reply = run_script(conn, sha, source, args)
         except ResponseError as exc:
             self.settle(conn, exc)
+            if again and demoted(exc):
+                return self.run_script(sha, source, *args, again=False)
             raise
         except BaseException as exc:
             self.lost(conn, exc)
+            if again and demoted(exc):
+                return self.run_script(sha, source, *args, again=False)
             raise
         self._idle.append(conn)
         return reply
@@ -205,15 +221,19 @@ class AsyncConnectionStack:
         self._idle.append(conn)
         return reply
 
-    async def run_script(self, sha: str, source: str, *args: Any) -> Any:
+    async def run_script(self, sha: str, source: str, *args: Any, again: bool = True) -> Any:
         conn = await self.take()
         try:
             reply = await arun_script(conn, sha, source, args)
         except ResponseError as exc:
             await self.settle(conn, exc)
+            if again and demoted(exc):
+                return await self.run_script(sha, source, *args, again=False)
             raise
         except BaseException as exc:
             await self.lost(conn, exc)
+            if again and demoted(exc):
+                return await self.run_script(sha, source, *args, again=False)
             raise
         self._idle.append(conn)
         return reply
