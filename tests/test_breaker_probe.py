@@ -34,33 +34,57 @@ class Clock:
 def test_a_probe_that_never_reports_is_replaced_after_one_interval() -> None:
     clock = Clock()
     b = Breaker(lambda: 5.0, clock)
-    b.failed(OSError("down"))
+    b.failed(OSError("down"), b.allow() or 0)
     clock.now += 5.0
-    assert b.allow() and b.state == PROBING  # the probe's thread then vanishes
+    lost = b.allow()
+    assert lost is not None and b.state == PROBING  # the probe's thread then vanishes
     clock.now += 4.9
-    assert not b.allow()  # still the probe's turn
+    assert b.allow() is None  # still the probe's turn
     clock.now += 0.1
-    assert b.allow() and b.state == PROBING  # another request probes
-    b.succeeded()
+    probe = b.allow()
+    assert probe is not None and b.state == PROBING  # another request probes
+    b.succeeded(lost)  # the lost one reports at last: not the probe any more
+    assert b.state == PROBING
+    b.succeeded(probe)
     assert b.state == CLOSED
 
 
 def test_an_abandoned_probe_lets_the_next_request_probe_at_once() -> None:
     clock = Clock()
     b = Breaker(lambda: 5.0, clock)
-    b.failed(OSError("down"))
+    b.failed(OSError("down"), b.allow() or 0)
     clock.now += 5.0
-    assert b.allow()
-    assert not b.allow()
-    b.abandoned()
+    probe = b.allow()
+    assert probe is not None
+    assert b.allow() is None
+    b.abandoned(probe)
     assert b.state == OPEN
-    assert b.allow() and b.state == PROBING  # no new interval to wait
+    assert b.allow() is not None and b.state == PROBING  # no new interval to wait
 
 
 def test_abandoned_does_not_reopen_a_closed_breaker() -> None:
     b = Breaker(lambda: 5.0, Clock())
-    b.abandoned()
-    assert b.state == CLOSED and b.allow()
+    b.abandoned(b.allow() or 0)
+    assert b.state == CLOSED and b.allow() is not None
+
+
+def test_a_call_from_before_the_recovery_does_not_reopen_it() -> None:
+    """A call sent before the store failed, whose timeout comes after the probe succeeded,
+    says nothing about the store now; nor does a late success close an open breaker."""
+    clock = Clock()
+    b = Breaker(lambda: 5.0, clock)
+    early, late = b.allow(), b.allow()
+    assert early is not None and late is not None
+    b.failed(OSError("down"), early)
+    b.succeeded(late)  # began before the failure, ended after it
+    assert b.state == OPEN
+    clock.now += 5.0
+    probe = b.allow()
+    assert probe is not None
+    b.succeeded(probe)
+    assert b.state == CLOSED
+    b.failed(TimeoutError("late"), late)
+    assert b.state == CLOSED and b.allow() is not None
 
 
 @pytest.fixture

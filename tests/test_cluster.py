@@ -20,6 +20,7 @@ from redis.cluster import RedisCluster
 from django_throttle.keyspace import client_tag
 from django_throttle.store import Check, ClusterStore, state_key
 from django_throttle.store.cluster import AsyncClusterStore, group_by_slot, slot_of_tag
+from django_throttle.store.fallback import StoreUnavailable, breaker, decide_guarded
 from tests.engine_helpers import ALGORITHMS, make_rule, race_cluster, start_racer
 from tests.helpers import run
 from tests.redis_topology import ClusterHarness
@@ -198,6 +199,24 @@ def test_a_request_rejected_in_one_slot_consumes_nothing_in_another(
         assert store.client.zcard(key) == 1
 
 
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_a_refund_leaves_a_shadow_rule_that_rejected_alone(
+    cluster: ClusterHarness, store: ClusterStore, algorithm: str
+) -> None:
+    """A shadow rule that rejected inside a group that committed was not counted there, so
+    the refund must not give it anything back."""
+    tight_ip, user = on_other_masters(cluster, 2, "shadow")
+    tight = make_rule("fixed_window", 1, rule_id=1)
+    shadow = make_rule(algorithm, 1, action="log", rule_id=2)
+    generous = make_rule(algorithm, 100, rule_id=3)
+    store.decide([Check(tight, tight_ip)])  # used up
+    store.decide([Check(shadow, user)])  # used up
+    results = store.decide([Check(tight, tight_ip), Check(shadow, user), Check(generous, user)])
+    assert [r.allowed for r in results] == [False, False, True]
+    assert store.decide([Check(shadow, user)], dry_run=True)[0].remaining == 0
+    assert store.decide([Check(generous, user)], dry_run=True)[0].remaining == 100
+
+
 def test_a_dry_run_across_slots_writes_nothing(
     cluster: ClusterHarness, store: ClusterStore
 ) -> None:
@@ -260,6 +279,40 @@ def test_ask_during_a_slot_migration_is_followed(
             asking.execute_command("ASKING")
             asking.delete(state_key(limit, identity))
             asking.execute()
+            for client in (src, dst):
+                client.execute_command("CLUSTER", "SETSLOT", slot, "STABLE")
+
+
+def test_tryagain_during_a_migration_costs_that_request_only(
+    cluster: ClusterHarness, store: ClusterStore
+) -> None:
+    """Two rules of one client in a migrating slot whose keys are not all on one side: Redis
+    answers TRYAGAIN. That request follows the fail modes; the breaker stays closed, so the
+    process's other requests still go to Redis."""
+    rules = [make_rule("fixed_window", 10, rule_id=n) for n in (1, 2)]
+    identity = "ip:203.0.113.31"
+    slot = slot_of_tag(client_tag(identity))
+    source = cluster.node_for_slot(slot)
+    target = next(m.port for m in cluster.masters() if m.port != source)
+    store.decide([Check(rules[0], identity)])  # one key on the source, the other nowhere
+    with (
+        closing(redis.Redis(port=source, socket_timeout=5)) as src,
+        closing(redis.Redis(port=target, socket_timeout=5)) as dst,
+    ):
+        source_id = src.execute_command("CLUSTER", "MYID")
+        target_id = dst.execute_command("CLUSTER", "MYID")
+        dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+        src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+        try:
+            with pytest.raises(redis.exceptions.TryAgainError):
+                store.decide([Check(rules[0], identity), Check(rules[1], identity)])
+            outcome = decide_guarded(
+                lambda: store, [Check(r, identity) for r in rules], dry_run=False
+            )
+            assert isinstance(outcome, StoreUnavailable)
+            assert breaker.state == "closed"
+            assert store.decide([Check(rules[0], "ip:198.51.100.1")])[0].allowed
+        finally:
             for client in (src, dst):
                 client.execute_command("CLUSTER", "SETSLOT", slot, "STABLE")
 

@@ -4,6 +4,7 @@ and forked children never share a socket."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import warnings
@@ -13,10 +14,16 @@ from typing import Any
 import pytest
 import redis
 from redis._parsers import _RESP2Parser, _RESP3Parser
-from redis.exceptions import NoScriptError, TimeoutError
+from redis.exceptions import (
+    ConnectionError,
+    NoScriptError,
+    ReadOnlyError,
+    ResponseError,
+    TimeoutError,
+)
 
 from django_throttle.store import Check, RedisStore
-from django_throttle.store.connections import ConnectionStack
+from django_throttle.store.connections import ConnectionStack, demoted, keeps
 
 from .engine_helpers import make_rule
 
@@ -172,3 +179,35 @@ def test_plain_pools_only(redis_server: Any) -> None:
     rule = make_rule("fixed_window", limit=2)
     assert [store.decide([Check(rule, "x")])[0].allowed for _ in range(3)] == [True, True, False]
     pool.disconnect()
+
+
+# -- which error replies end a connection, and which decisions are sent once more -------------
+
+READONLY_IN_SCRIPT_62 = (
+    "ERR Error running script (call to f_0123): @user_script:1: @user_script: 1: "
+    "-READONLY You can't write against a read only replica."
+)
+
+
+@pytest.mark.parametrize(
+    ("error", "kept", "again"),
+    [
+        (ReadOnlyError("You can't write against a read only replica."), False, True),
+        (ResponseError(READONLY_IN_SCRIPT_62), False, True),  # Redis 6.2 inside a script
+        (ResponseError("MASTERDOWN Link with MASTER is down"), False, False),  # redis-py 5
+        (ResponseError("ERR Error running script: attempt to compare nil"), True, False),
+        (ResponseError("OOM command not allowed when used memory > 'maxmemory'."), True, False),
+    ],
+)
+def test_error_replies_that_end_a_connection(error: Exception, kept: bool, again: bool) -> None:
+    assert keeps(error) is kept  # type: ignore[arg-type]
+    assert demoted(error) is again
+
+
+def test_a_cancellation_while_handling_readonly_is_never_retried() -> None:
+    cancelled = asyncio.CancelledError()
+    cancelled.__context__ = ReadOnlyError("x")  # as if raised inside redis-py's handler
+    assert not demoted(cancelled)
+    sentinel_style = ConnectionError("The previous master is now a slave")
+    sentinel_style.__context__ = ReadOnlyError("x")
+    assert demoted(sentinel_style)

@@ -33,7 +33,7 @@ from ..models import Dashboard, Rule
 from ..recording import REJECT, SHADOW, UNAVAILABLE, is_complete
 from ..rules import compile_rule
 from ..store import Check, get_store
-from ..store.fallback import STORE_ERRORS
+from ..store.errors import STORE_ERRORS
 from .chart import chart_svg, legend
 from .queries import DEFAULT_PERIOD, PERIODS, as_datetime, dashboard_data
 

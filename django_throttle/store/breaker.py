@@ -27,6 +27,10 @@ MIN_PROBE_LEASE = 1.0  # seconds a probe has before another may start, with a ti
 
 
 class Breaker:
+    """``allow()`` hands each call a token: the epoch it began in. A call's verdict counts only
+    if no probe began or succeeded since (a call sent before a recovery and failing after it
+    says nothing about the store now), and only the probe's success closes the breaker."""
+
     def __init__(
         self, interval: Callable[[], float], clock: Callable[[], float] = time.monotonic
     ) -> None:
@@ -36,17 +40,20 @@ class Breaker:
         self.state = CLOSED
         self._open_until = 0.0
         self._probe_until = 0.0
+        self._epoch = 0  # advances when a probe begins and when the breaker closes
 
     def reset(self) -> None:
         with self._lock:
             self.state = CLOSED
             self._open_until = 0.0
             self._probe_until = 0.0
+            self._epoch += 1
 
-    def allow(self) -> bool:
-        """Whether this request may call the store (the hot path: one attribute read)."""
+    def allow(self) -> int | None:
+        """The call's token if this request may call the store, else None (the hot path:
+        one attribute read while closed)."""
         if self.state == CLOSED:
-            return True
+            return self._epoch
         with self._lock:
             now = self._clock()
             if (self.state == OPEN and now >= self._open_until) or (
@@ -54,16 +61,17 @@ class Breaker:
             ):
                 self.state = PROBING  # this caller is the one probe
                 self._probe_until = now + max(self._interval(), MIN_PROBE_LEASE)
-                return True
-            return False
+                self._epoch += 1
+                return self._epoch
+            return None
 
-    def abandoned(self) -> None:
+    def abandoned(self, token: int) -> None:
         """The call ended without a verdict on the store (cancelled, interrupted): if it
         was the probe, the next request probes instead."""
         if self.state != PROBING:
             return
         with self._lock:
-            if self.state == PROBING:
+            if self.state == PROBING and token == self._epoch:
                 self.state = OPEN
                 self._open_until = self._clock()
 
@@ -76,23 +84,21 @@ class Breaker:
         """Seconds until the store is tried again (at least 1, for Retry-After)."""
         return max(1.0, self._open_until - self._clock())
 
-    def succeeded(self) -> None:
-        """A call succeeded. Only the probe's success closes an open breaker: a call that
-        began before the failure and ended after it says nothing about the store now."""
+    def succeeded(self, token: int) -> None:
         if self.state != PROBING:
             return
         with self._lock:
-            was = self.state
-            if was == PROBING:
-                self.state = CLOSED
-        if was == PROBING:
-            logger.warning(
-                "django_throttle: the store is reachable again; limiting in Redis resumes"
-            )
-            _changed(available=True)
+            if self.state != PROBING or token != self._epoch:
+                return
+            self.state = CLOSED
+            self._epoch += 1
+        logger.warning("django_throttle: the store is reachable again; limiting in Redis resumes")
+        _changed(available=True)
 
-    def failed(self, exc: BaseException) -> None:
+    def failed(self, exc: BaseException, token: int) -> None:
         with self._lock:
+            if token != self._epoch:
+                return  # began before the latest probe or recovery
             was = self.state
             self.state = OPEN
             self._open_until = self._clock() + self._interval()

@@ -29,7 +29,7 @@ from typing import Any
 
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
-from redis.exceptions import AskError, MovedError, NoScriptError, RedisError, ResponseError
+from redis.exceptions import AskError, MovedError, NoScriptError, ResponseError
 
 from ..compiled import CompiledRule
 from ..keyspace import ALGORITHM_CODES, client_tag
@@ -41,6 +41,7 @@ from .connections import (
     call,
     keeps,
 )
+from .errors import STORE_ERRORS
 from .redis import (
     DECIDE_SHA,
     DECIDE_SOURCE,
@@ -91,6 +92,12 @@ def _committed(reply: Sequence[int], dry_run: bool) -> bool:
     return not dry_run and reply[1] == 1
 
 
+def _to_refund(checks: Sequence[Check], indices: list[int], reply: Sequence[int]) -> list[Check]:
+    """The checks of a committed group that decide.lua did commit: those that admitted
+    (a shadow rule that rejected is in an admitted group, uncounted)."""
+    return [checks[i] for k, i in enumerate(indices) if reply[2 + 5 * k] == 1]
+
+
 def _assemble(
     checks: Sequence[Check],
     groups: list[list[int]],
@@ -126,9 +133,9 @@ class ClusterStore:
         return cls(RedisCluster.from_url(url, **decision_kwargs()))
 
     def close(self) -> None:
-        for stack in self._stacks.values():
+        stacks, self._stacks = list(self._stacks.values()), {}
+        for stack in stacks:
             stack.disconnect()
-        self._stacks.clear()
         self.client.close()
 
     def _refresh(self) -> None:
@@ -140,10 +147,11 @@ class ClusterStore:
             raise
 
     def _stack(self, node: Any) -> ConnectionStack:
+        # By address: a refreshed slot map may bring new node objects for the same server.
         stack = self._stacks.get(node.name)
-        if stack is None or stack.pool is not node.redis_connection.connection_pool:
+        if stack is None:
             stack = ConnectionStack(node.redis_connection.connection_pool, **decision_kwargs())
-            self._stacks[node.name] = stack
+            stack = self._stacks.setdefault(node.name, stack)
         return stack
 
     def _master(self, slot: int) -> ConnectionStack:
@@ -219,54 +227,62 @@ class ClusterStore:
         """One decide.lua call per slot group, all sent before any reply is read.
 
         Returns each group's reply or the exception it ended with."""
-        sent: list[tuple[ConnectionStack, Any] | BaseException] = []
-        for slot, args in zip(slots, inputs, strict=True):
+        sent: list[tuple[ConnectionStack, Any] | Exception] = []
+        try:
+            for slot, args in zip(slots, inputs, strict=True):
+                sent.append(self._send(slot, args))
+            return [
+                self._read(slot, args, entry)
+                for slot, args, entry in zip(slots, inputs, sent, strict=True)
+            ]
+        except BaseException:
+            # Interrupted (only a BaseException gets here): a reply left unread would be
+            # taken for the next decision's, so every connection still out is closed.
+            for entry in sent:
+                if not isinstance(entry, Exception):
+                    entry[1].disconnect()
+            raise
+
+    def _send(self, slot: int, args: list[Any]) -> tuple[ConnectionStack, Any] | Exception:
+        try:
+            stack = self._master(slot)
+            conn = stack.take()
+        except Exception as exc:  # could not connect: the node may be gone
+            self._failed(exc)
+            return exc
+        try:
+            conn.send_packed_command(conn.pack_command("EVALSHA", DECIDE_SHA, *args))
+        except Exception as exc:
+            stack.lost(conn, exc)
+            self._failed(exc)
+            return exc
+        return stack, conn
+
+    def _read(
+        self, slot: int, args: list[Any], entry: tuple[ConnectionStack, Any] | Exception
+    ) -> Any:
+        """The reply of one group sent by _send, or the exception it ended with."""
+        if isinstance(entry, Exception):
+            return entry
+        stack, conn = entry
+        try:
+            reply = conn.read_response()
+        except (NoScriptError, AskError) as exc:  # MOVED too: followed one by one
+            stack.settle(conn, exc)
             try:
-                stack = self._master(slot)
-                conn = stack.take()
-            except Exception as exc:  # could not connect: the node may be gone
-                self._failed(exc)
-                sent.append(exc)
-                continue
-            try:
-                conn.send_packed_command(conn.pack_command("EVALSHA", DECIDE_SHA, *args))
-            except BaseException as exc:
-                stack.lost(conn, exc)
-                self._failed(exc)
-                if not isinstance(exc, Exception):
-                    raise
-                sent.append(exc)
-                continue
-            sent.append((stack, conn))
-        replies: list[Any] = []
-        for slot, args, entry in zip(slots, inputs, sent, strict=True):
-            if isinstance(entry, BaseException):
-                replies.append(entry)
-                continue
-            stack, conn = entry
-            try:
-                reply = conn.read_response()
-            except (NoScriptError, AskError) as exc:  # MOVED too: followed one by one
-                stack.settle(conn, exc)
-                try:
-                    reply = self._run(slot, DECIDE_SHA, DECIDE_SOURCE, args)
-                except Exception as again:
-                    reply = again
-            except ResponseError as exc:
-                stack.settle(conn, exc)
-                self._failed(exc)
-                reply = exc
-            except Exception as exc:
-                stack.lost(conn, exc)
-                self._failed(exc)
-                reply = exc
-            except BaseException as exc:
-                stack.lost(conn, exc)
-                raise
-            else:
-                stack.give(conn)
-            replies.append(reply)
-        return replies
+                return self._run(slot, DECIDE_SHA, DECIDE_SOURCE, args)
+            except Exception as again:
+                return again
+        except ResponseError as exc:
+            stack.settle(conn, exc)
+            self._failed(exc)
+            return exc
+        except Exception as exc:
+            stack.lost(conn, exc)
+            self._failed(exc)
+            return exc
+        stack.give(conn)
+        return reply
 
     def _settle(
         self,
@@ -284,14 +300,15 @@ class ClusterStore:
             for number, reply in enumerate(replies):
                 if isinstance(reply, BaseException) or not _committed(reply, dry_run):
                     continue
-                group = [checks[i] for i in groups[number]]
+                group = _to_refund(checks, groups[number], reply)
                 try:
                     self._run(
                         slots[number], REFUND_SHA, REFUND_SOURCE, refund_input(group, reply[0])
                     )
-                except RedisError as exc:
+                except STORE_ERRORS as exc:
                     logger.warning("django_throttle: a cross-slot refund failed (%r)", exc)
-                refunded.add(number)
+                else:
+                    refunded.add(number)
         if error is not None:
             raise error
         return _assemble(checks, groups, replies, refunded)
@@ -318,9 +335,9 @@ class AsyncClusterStore:
         return cls(RedisCluster.from_url(url, **kwargs))
 
     async def aclose(self) -> None:
-        for stack in self._stacks.values():
+        stacks, self._stacks = list(self._stacks.values()), {}
+        for stack in stacks:
             await stack.disconnect()
-        self._stacks.clear()
         await self.client.aclose()
 
     async def _refresh(self) -> None:
@@ -337,7 +354,7 @@ class AsyncClusterStore:
 
     def _stack(self, node: Any) -> AsyncConnectionStack:
         stack = self._stacks.get(node.name)
-        if stack is None or stack.pool is not node:
+        if stack is None:
             kwargs = decision_kwargs()
             kwargs["retry"] = AsyncRetry(NoBackoff(), 0)
             stack = self._stacks[node.name] = AsyncConnectionStack(node, **kwargs)
@@ -415,20 +432,24 @@ class AsyncClusterStore:
         rejected = error is not None or any(r[1] == 0 for r in replies)  # type: ignore[index]
         refunded: set[int] = set()
         if rejected and not dry_run:
-            refunds = []
+            refunds, numbers = [], []
             for number, reply in enumerate(replies):
                 if isinstance(reply, BaseException) or not _committed(reply, dry_run):
                     continue
-                group = [checks[i] for i in groups[number]]
+                group = _to_refund(checks, groups[number], reply)
                 refunds.append(
                     self._run(
                         slots[number], REFUND_SHA, REFUND_SOURCE, refund_input(group, reply[0])
                     )
                 )
-                refunded.add(number)
-            for outcome in await asyncio.gather(*refunds, return_exceptions=True):
-                if isinstance(outcome, RedisError):
+                numbers.append(number)
+            # Shielded: a request cancelled now still gives back what it took.
+            outcomes = await asyncio.shield(asyncio.gather(*refunds, return_exceptions=True))
+            for number, outcome in zip(numbers, outcomes, strict=True):
+                if isinstance(outcome, BaseException):
                     logger.warning("django_throttle: a cross-slot refund failed (%r)", outcome)
+                else:
+                    refunded.add(number)
         if error is not None:
             raise error
         return _assemble(checks, groups, list(replies), refunded)  # type: ignore[arg-type]

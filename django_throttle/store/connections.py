@@ -21,6 +21,7 @@ it, so the script is loaded on the very server the decision runs on.
 from __future__ import annotations
 
 import os
+import re
 import weakref
 from typing import Any
 
@@ -45,9 +46,14 @@ SERVER_GONE_REPLIES = (ReadOnlyError, ClusterDownError)
 STACKABLE_POOLS = (ConnectionPool, SentinelConnectionPool)
 
 
+# Redis 6.2 wraps an error inside a script ("ERR Error running script ... -READONLY ..."),
+# and redis-py 5 does not map MASTERDOWN outside a cluster: the code is read in the text.
+_GONE_CODES = re.compile(r"(?:^|-)(READONLY|MASTERDOWN)\b")
+
+
 def keeps(error: ResponseError) -> bool:
     """Whether a connection that read this error reply whole may be used again."""
-    return not isinstance(error, SERVER_GONE_REPLIES)
+    return not isinstance(error, SERVER_GONE_REPLIES) and not _GONE_CODES.search(str(error))
 
 
 def demoted(error: BaseException) -> bool:
@@ -56,8 +62,18 @@ def demoted(error: BaseException) -> bool:
 
     A script refused with READONLY wrote nothing (decide.lua writes only once every check
     is evaluated), so the decision can be sent again, once, on a new connection: through
-    the configured address or the Sentinels, it reaches the new primary."""
-    return isinstance(error, ReadOnlyError) or isinstance(error.__context__, ReadOnlyError)
+    the configured address or the Sentinels, it reaches the new primary. A cancellation or
+    an interrupt is never retried."""
+    if not isinstance(error, Exception):
+        return False
+    for candidate in (error, error.__context__):
+        if isinstance(candidate, ReadOnlyError) or (
+            isinstance(candidate, ResponseError)
+            and (match := _GONE_CODES.search(str(candidate))) is not None
+            and match.group(1) == "READONLY"
+        ):
+            return True
+    return False
 
 
 class ConnectionStack:

@@ -13,22 +13,18 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
-from redis.exceptions import RedisClusterException, RedisError
+from redis.exceptions import TryAgainError
 
 from ..compiled import CompiledRule
 from ..conf import conf
 from .base import Check, Result, Store
 from .breaker import Breaker
 from .cluster import AsyncClusterStore
+from .errors import STORE_ERRORS
 from .memory import MemoryStore
 from .redis import AsyncRedisStore
 
 AsyncStore = AsyncRedisStore | AsyncClusterStore
-
-# Everything a Redis call raises when the server is down, hung, full, read-only,
-# loading, or answers a script error: redis-py wraps these in RedisError, apart from
-# socket-level OSErrors and a cluster it cannot map (RedisClusterException).
-STORE_ERRORS: tuple[type[BaseException], ...] = (RedisError, OSError, RedisClusterException)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,17 +55,20 @@ def _unavailable(checks: Sequence[Check], dry_run: bool) -> StoreUnavailable:
 def decide_guarded(
     store_of: Callable[[], Store], checks: Sequence[Check], dry_run: bool
 ) -> list[Result] | StoreUnavailable:
-    if not breaker.allow():
+    token = breaker.allow()
+    if token is None:
         return _unavailable(checks, dry_run)
     try:
         results = store_of().decide(checks, dry_run)
+    except TryAgainError:
+        return _unavailable(checks, dry_run)  # a slot migrating: this request only
     except STORE_ERRORS as exc:
-        breaker.failed(exc)
+        breaker.failed(exc, token)
         return _unavailable(checks, dry_run)
     except BaseException:
-        breaker.abandoned()  # interrupted: no verdict on the store, and never a stuck probe
+        breaker.abandoned(token)  # interrupted: no verdict on the store, never a stuck probe
         raise
-    breaker.succeeded()
+    breaker.succeeded(token)
     return results
 
 
@@ -117,17 +116,20 @@ async def adecide_guarded(
 ) -> list[Result] | StoreUnavailable:
     if not conf.uses_redis:
         return decide_guarded(store_of, checks, dry_run)
-    if not breaker.allow():
+    token = breaker.allow()
+    if token is None:
         return _unavailable(checks, dry_run)
     try:
         results = await (await _async_store()).decide(checks, dry_run)
+    except TryAgainError:
+        return _unavailable(checks, dry_run)
     except STORE_ERRORS as exc:
-        breaker.failed(exc)
+        breaker.failed(exc, token)
         return _unavailable(checks, dry_run)
     except BaseException:
         # CancelledError: the client went away (Django cancels the view) or a timeout
         # cancelled the task while it waited on Redis.
-        breaker.abandoned()
+        breaker.abandoned(token)
         raise
-    breaker.succeeded()
+    breaker.succeeded(token)
     return results

@@ -206,7 +206,11 @@ def async_client_from_cache(alias: str) -> Any:
     if url.scheme == "rediss":
         kwargs["ssl"] = True
     sentinel_kwargs = dict(options.get("SENTINEL_KWARGS") or {})
-    sentinel_kwargs.update(socket_timeout=conf.TIMEOUT, socket_connect_timeout=conf.CONNECT_TIMEOUT)
+    sentinel_kwargs.update(
+        socket_timeout=conf.TIMEOUT,
+        socket_connect_timeout=conf.CONNECT_TIMEOUT,
+        retry=AsyncRetry(NoBackoff(), 0),
+    )
     manager = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
         [tuple(s) for s in sentinels], sentinel_kwargs=sentinel_kwargs
     )
