@@ -227,30 +227,52 @@ def test_a_dry_run_across_slots_writes_nothing(
     assert sum(cluster.keys_per_master().values()) == 0
 
 
+def manual_failover(cluster: ClusterHarness, slot: int) -> None:
+    """CLUSTER FAILOVER on the replica of the slot's master; wait until all nodes agree."""
+    cluster.wait_steady(replicas=True)  # a replica demoted by a failover just before resyncs
+    old = cluster.node_for_slot(slot)
+    replicas = []
+    for node in cluster.alive:
+        with closing(node.client()) as client:
+            if client.info("replication").get("master_port") == old:
+                replicas.append(node.port)
+    with closing(redis.Redis(port=replicas[0], socket_timeout=5)) as client:
+        client.execute_command("CLUSTER", "FAILOVER")
+    wait_until(lambda: cluster.node_for_slot(slot) == replicas[0], within=10, step=0.05)
+    cluster.wait_steady()
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
 def test_moved_after_a_manual_failover_is_followed(
-    cluster: ClusterHarness, store: ClusterStore
+    cluster: ClusterHarness, store: ClusterStore, asynchronous: bool
 ) -> None:
     """CLUSTER FAILOVER on a replica: the old master answers MOVED; the slot map is read again
     and the decision goes through, without an error."""
     limit = make_rule("fixed_window", 10)
     identity = "ip:203.0.113.20"
-    assert store.decide([Check(limit, identity)])[0].remaining == 9
     slot = slot_of_tag(client_tag(identity))
-    old = cluster.node_for_slot(slot)
-    replica = next(
-        n.port
-        for n in cluster.alive
-        if n.port != old and n.client().info("replication").get("master_port") == old
-    )
-    with closing(redis.Redis(port=replica, socket_timeout=5)) as client:
-        client.execute_command("CLUSTER", "FAILOVER")
-    wait_until(lambda: cluster.node_for_slot(slot) == replica, within=10, step=0.05)
-    cluster.wait_steady()
-    assert store.decide([Check(limit, identity)])[0].remaining == 8
+    if not asynchronous:
+        assert store.decide([Check(limit, identity)])[0].remaining == 9
+        manual_failover(cluster, slot)
+        assert store.decide([Check(limit, identity)])[0].remaining == 8
+        return
+
+    async def body() -> list[int]:
+        async_store = AsyncClusterStore.from_url(cluster.url)
+        try:
+            first = (await async_store.decide([Check(limit, identity)]))[0].remaining
+            manual_failover(cluster, slot)  # blocks the loop: nothing else runs on it here
+            second = (await async_store.decide([Check(limit, identity)]))[0].remaining
+            return [first, second]
+        finally:
+            await async_store.aclose()
+
+    assert run(body) == [9, 8]
 
 
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
 def test_ask_during_a_slot_migration_is_followed(
-    cluster: ClusterHarness, store: ClusterStore
+    cluster: ClusterHarness, store: ClusterStore, asynchronous: bool
 ) -> None:
     """A slot migrating to another master: a key not yet on the source is asked of the target
     (ASKING), which keeps it."""
@@ -270,7 +292,18 @@ def test_ask_during_a_slot_migration_is_followed(
         dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
         src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
         try:
-            result = store.decide([Check(limit, identity)])[0]
+            if asynchronous:
+
+                async def decide() -> Any:
+                    async_store = AsyncClusterStore.from_url(cluster.url)
+                    try:
+                        return (await async_store.decide([Check(limit, identity)]))[0]
+                    finally:
+                        await async_store.aclose()
+
+                result = run(decide)
+            else:
+                result = store.decide([Check(limit, identity)])[0]
             assert result.allowed and result.remaining == 9
             assert dst.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) == 1
             assert src.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) == 0
