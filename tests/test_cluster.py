@@ -236,9 +236,17 @@ def manual_failover(cluster: ClusterHarness, slot: int) -> None:
         with closing(node.client()) as client:
             if client.info("replication").get("master_port") == old:
                 replicas.append(node.port)
-    with closing(redis.Redis(port=replicas[0], socket_timeout=5)) as client:
-        client.execute_command("CLUSTER", "FAILOVER")
-    wait_until(lambda: cluster.node_for_slot(slot) == replicas[0], within=10, step=0.05)
+    with closing(redis.Redis(port=old, socket_timeout=5)) as master:
+        master.execute_command("WAIT", 1, 5000)  # the replica has every write
+    for attempt in range(3):  # a manual failover gives up after 5 s on a loaded machine
+        with closing(redis.Redis(port=replicas[0], socket_timeout=5)) as client:
+            client.execute_command("CLUSTER", "FAILOVER")
+        try:
+            wait_until(lambda: cluster.node_for_slot(slot) == replicas[0], within=10, step=0.05)
+            break
+        except AssertionError:
+            if attempt == 2:
+                raise
     cluster.wait_steady()
 
 
