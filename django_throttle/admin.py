@@ -5,11 +5,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
+from .compiled import compile_rule
 from .dashboard.views import DashboardAdmin, inspect_key
 from .models import Dashboard, Rule
 
@@ -22,7 +24,7 @@ else:
 
 @admin.register(Rule)
 class RuleAdmin(_RuleModelAdmin):
-    list_display = ("name", "scope", "rate", "key", "algorithm", "action", "enabled")
+    list_display = ("name", "scope", "rate", "key", "algorithm", "action", "enabled", "state")
     list_display_links = ("name",)
     list_filter = ("algorithm", "key_kind", "enabled", "action")
     search_fields = ("name", "scope")
@@ -44,13 +46,29 @@ class RuleAdmin(_RuleModelAdmin):
         text = f"{rule.limit}/{rule.unit}"
         return f"{text} (burst {rule.burst})" if rule.burst else text
 
+    @admin.display(description=_("in force"))
+    def state(self, rule: Rule) -> str:
+        """Whether the rule is enforced; a row that cannot be compiled (written around the
+        admin's validation) is skipped by every process, and says why here."""
+        if not rule.enabled:
+            return "-"
+        try:
+            compile_rule(rule)
+        except Exception as exc:  # what load_rules skips the rule for
+            return str(_("broken: %(reason)s") % {"reason": exc})
+        return str(_("yes"))
+
     @admin.display(description=_("key"), ordering="key_kind")
     def key(self, rule: Rule) -> str:
         return f"{rule.key_kind}:{rule.key_arg}" if rule.key_arg else rule.key_kind
 
     def _set_enabled(self, request: HttpRequest, queryset: QuerySet[Rule], enabled: bool) -> None:
         # RuleQuerySet.update announces the change, although update() sends no signals.
-        count = queryset.update(enabled=enabled)
+        try:
+            count = queryset.update(enabled=enabled)
+        except ValidationError as exc:  # enabling a rule that is broken
+            self.message_user(request, "; ".join(exc.messages), messages.ERROR)
+            return
         message = (
             ngettext("%(n)d rule enabled.", "%(n)d rules enabled.", count)
             if enabled

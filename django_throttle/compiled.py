@@ -8,10 +8,13 @@ from typing import Any, Protocol
 
 from django.utils.module_loading import import_string
 
-from .choices import Action, FailMode, KeyKind
+from .choices import ALGORITHMS_WITH_BURST, Action, Algorithm, FailMode, KeyKind, Unit
 from .conf import conf
-from .keyspace import base36, state_prefix
+from .keyspace import ALGORITHM_CODES, base36, state_prefix
+from .patterns import Matcher, compile_scope
 from .rates import UNIT_SECONDS
+
+MAX_LIMIT = 1_000_000_000
 
 KeyFunction = Callable[[Any], "str | None"]
 
@@ -35,6 +38,7 @@ class CompiledRule:
     fail_mode: str
     state_prefix: str  # where this rule's per-client state lives in the store; unique per rule
     header_meta_key: str = ""  # request.META name of the header a 'header' rule keys on
+    match: Matcher | None = None  # a regular-expression scope's matcher (patterns.py)
 
     def applies_to(self, method: str) -> bool:
         return self.methods is None or method in self.methods
@@ -68,7 +72,9 @@ def build_rule(
     rule_key: str | None = None,
 ) -> CompiledRule:
     """The one constructor of compiled rules; ``rule_key`` names the state in the store
-    (default: the primary key in base 36)."""
+    (default: the primary key in base 36). Raises ValueError for values no rule can have,
+    however they reached it (a row written with SQL, a code default)."""
+    _check_values(algorithm, limit, period, burst, action, fail_mode, key_kind)
     return CompiledRule(
         id=id,
         name=name,
@@ -85,7 +91,36 @@ def build_rule(
         fail_mode=fail_mode,
         state_prefix=state_prefix(base36(id) if rule_key is None else rule_key, algorithm),
         header_meta_key=header_meta_key(key_arg) if key_kind == KeyKind.HEADER else "",
+        match=compile_scope(scope) if scope.startswith("^") else None,
     )
+
+
+def _check_values(
+    algorithm: str,
+    limit: int,
+    period: int,
+    burst: int | None,
+    action: str,
+    fail_mode: str,
+    key_kind: str,
+) -> None:
+    if algorithm not in ALGORITHM_CODES:
+        raise ValueError(f"unknown algorithm {algorithm!r}")
+    for name, value in (("limit", limit), ("period", period), ("burst", burst)):
+        if value is None and name == "burst":
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_LIMIT:
+            raise ValueError(f"{name} must be a whole number from 1 to {MAX_LIMIT}, not {value!r}")
+    if burst is not None and algorithm not in ALGORITHMS_WITH_BURST and burst != limit:
+        raise ValueError(f"only token and leaky buckets have a burst, not {algorithm}")
+    if action not in Action.values:
+        raise ValueError(f"unknown action {action!r}")
+    if action == Action.DELAY and algorithm != Algorithm.LEAKY_BUCKET:
+        raise ValueError("delay works with the leaky bucket only")
+    if fail_mode not in FailMode.values:
+        raise ValueError(f"unknown fail mode {fail_mode!r}")
+    if key_kind not in KeyKind.values:
+        raise ValueError(f"unknown key kind {key_kind!r}")
 
 
 class RuleRow(Protocol):
@@ -123,12 +158,18 @@ def compile_rule(rule: RuleRow) -> CompiledRule:
         key_arg=rule.key_arg,
         key_function=key_function,
         limit=rule.limit,
-        period=UNIT_SECONDS[rule.unit],
+        period=_period(rule.unit),
         algorithm=rule.algorithm,
         burst=rule.burst,
         action=rule.action,
         fail_mode=rule.fail_mode,
     )
+
+
+def _period(unit: str) -> int:
+    if unit not in Unit.values:
+        raise ValueError(f"unknown unit {unit!r}")
+    return UNIT_SECONDS[unit]
 
 
 def header_meta_key(header: str) -> str:

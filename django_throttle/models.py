@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import re
-import warnings
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
-from django.db import models
+from django.db import models, transaction
 from django.utils import timezone
 from django.utils.functional import Promise
 from django.utils.translation import gettext_lazy as _
@@ -23,7 +22,9 @@ from .choices import (
     RejectionAction,
     Unit,
 )
+from .compiled import MAX_LIMIT
 from .conf import conf
+from .patterns import UnsafePattern, check_pattern
 from .signals import rules_written
 
 __all__ = [
@@ -38,18 +39,24 @@ __all__ = [
     "Unit",
 ]
 
-MAX_LIMIT = 1_000_000_000
 _METHOD_RE = re.compile(r"^[A-Z]+$")
 _HEADER_RE = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")  # an RFC 9110 token
 _SCOPE_NAME_RE = re.compile(r"^[^\s/^*][^\s]*$")
 
 
 class RuleQuerySet(models.QuerySet["Rule"]):
-    """Bulk writes skip model signals, so they announce the change themselves."""
+    """Bulk writes skip model signals, so they announce the change themselves, and they
+    validate like save(): an update that would leave an enabled rule invalid is rolled back
+    with a ValidationError (disabling a broken rule is always allowed)."""
 
     def update(self, **kwargs: Any) -> int:
         kwargs.setdefault("updated_at", timezone.now())
-        count = super().update(**kwargs)
+        with transaction.atomic(using=self.db):
+            pks = list(self.values_list("pk", flat=True))
+            count = super().update(**kwargs)
+            # Validated after the write, so F() expressions are checked by their result.
+            for rule in Rule.objects.using(self.db).filter(pk__in=pks, enabled=True):
+                validate_row(rule)
         if count:
             _announce_change()
         return count
@@ -73,6 +80,16 @@ class RuleQuerySet(models.QuerySet["Rule"]):
 
 def _announce_change() -> None:
     rules_written.send(sender=Rule)
+
+
+def validate_row(rule: Rule, validate_unique: bool = True) -> None:
+    """full_clean(), its errors naming the rule (a bulk write or a fixture may hold many)."""
+    try:
+        rule.full_clean(validate_unique=validate_unique)
+    except ValidationError as exc:
+        raise ValidationError(
+            _("Rule %(name)r: %(errors)s") % {"name": rule.name, "errors": "; ".join(exc.messages)}
+        ) from exc
 
 
 class Rule(models.Model):
@@ -273,12 +290,8 @@ def scope_problem(scope: str) -> str | None:
         return None
     if scope.startswith("^"):
         try:
-            with warnings.catch_warnings():
-                # "Possible nested set" and the like: a pattern whose meaning Python will
-                # change is refused, rather than raised from the admin under -W error.
-                warnings.simplefilter("error")
-                re.compile(scope)
-        except (re.error, Warning) as exc:
+            check_pattern(scope)
+        except UnsafePattern as exc:
             return str(_("Invalid regular expression: %(err)s.") % {"err": exc})
         return None
     if not _SCOPE_NAME_RE.match(scope):

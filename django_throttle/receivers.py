@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.signals import setting_changed
-from django.db.models.signals import post_delete, post_save
+from django.db.models.signals import post_delete, post_save, pre_save
 
-from .models import Rule
+from .models import Rule, validate_row
 from .rules import reset_rule_cache, rules_changed
 from .signals import rules_written
 from .store import reset_store
@@ -18,6 +18,12 @@ def rule_written(**kwargs: Any) -> None:
     rules_changed()
 
 
+def raw_rule_saved(instance: Rule, raw: bool, **kwargs: Any) -> None:
+    """loaddata saves without save(): an enabled rule is validated as the admin would."""
+    if raw and instance.enabled:
+        validate_row(instance, validate_unique=False)  # the table's constraint checks that
+
+
 def settings_changed(setting: str, **kwargs: Any) -> None:
     if setting in ("DJANGO_THROTTLE", "CACHES"):
         reset_rule_cache()
@@ -25,6 +31,7 @@ def settings_changed(setting: str, **kwargs: Any) -> None:
 
 
 def connect() -> None:
+    pre_save.connect(raw_rule_saved, sender=Rule, dispatch_uid="django_throttle.rule_loaded")
     post_save.connect(rule_written, sender=Rule, dispatch_uid="django_throttle.rule_saved")
     post_delete.connect(rule_written, sender=Rule, dispatch_uid="django_throttle.rule_deleted")
     rules_written.connect(rule_written, dispatch_uid="django_throttle.rules_written")

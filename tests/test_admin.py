@@ -73,7 +73,7 @@ def listed(response: Any) -> list[str]:
 def test_changelist_renders_the_list_columns(admin_client, rules):
     response = admin_client.get(CHANGELIST)
     assert response.status_code == 200
-    columns = ["name", "scope", "rate", "key", "algorithm", "action", "enabled"]
+    columns = ["name", "scope", "rate", "key", "algorithm", "action", "enabled", "state"]
     assert list(response.context["cl"].list_display) == ["action_checkbox", *columns]
     html = response.content.decode()
     for column in columns:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 
 from ..compiled import CompiledRule
+from ..patterns import Matcher
 
 
 class RuleSet:
@@ -15,7 +15,7 @@ class RuleSet:
         self.rules: tuple[CompiledRule, ...] = tuple(rules)
         self._everywhere: list[CompiledRule] = []
         self._prefixes: dict[str, list[CompiledRule]] = {}
-        self._regexes: list[tuple[re.Pattern[str], CompiledRule]] = []
+        self._regexes: list[tuple[Matcher, CompiledRule]] = []
         self._by_scope: dict[str, list[CompiledRule]] = {}
         for rule in self.rules:
             scope = rule.scope
@@ -24,8 +24,8 @@ class RuleSet:
                 self._everywhere.append(rule)
             elif scope.startswith("/"):
                 self._prefixes.setdefault(scope, []).append(rule)
-            elif scope.startswith("^"):
-                self._regexes.append((re.compile(scope), rule))
+            elif rule.match is not None:
+                self._regexes.append((rule.match, rule))
         # A path is looked up once per distinct prefix length, not once per rule.
         self._prefix_lengths = sorted({len(p) for p in self._prefixes})
 
@@ -42,8 +42,8 @@ class RuleSet:
             for rule in prefixes.get(path[:length], ()):
                 if rule.applies_to(method):
                     found.append(rule)
-        for pattern, rule in self._regexes:
-            if rule.applies_to(method) and pattern.match(path):
+        for match, rule in self._regexes:
+            if rule.applies_to(method) and match(path):
                 found.append(rule)
         return found
 
