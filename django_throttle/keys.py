@@ -69,6 +69,20 @@ def client_ip(request: Any) -> str:
     return remote or UNKNOWN_IP
 
 
+def _param(request: Any, name: str) -> str:
+    """The value a view reads: a form post's body first (a query string added to a POST
+    must not choose the counter), else the query string. Missing or empty counts as the
+    value "" (one counter shared by every request without it), so leaving the parameter
+    out, or sending it empty, never escapes the rule."""
+    if request.method == "POST":
+        value = request.POST.get(name)
+        if value:
+            return str(value)
+        if name in request.POST:
+            return ""  # present and empty in the body: the query string cannot replace it
+    return str(request.GET.get(name) or "")
+
+
 def _user_pk(request: Any) -> str | None:
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
@@ -104,10 +118,7 @@ def identity(rule: CompiledRule, request: Any, memo: dict[str, str | None]) -> s
         value = request.META.get(rule.header_meta_key)
         return None if value is None or value == "" else "header:" + value
     if kind == KeyKind.PARAM:
-        value = request.GET.get(rule.key_arg)
-        if value is None and request.method == "POST":
-            value = request.POST.get(rule.key_arg)
-        return None if value is None or value == "" else "param:" + value
+        return "param:" + _param(request, rule.key_arg)
     if kind == KeyKind.CUSTOM:
         assert rule.key_function is not None
         value = rule.key_function(request)

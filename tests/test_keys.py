@@ -129,13 +129,29 @@ def test_header_key(client: Any) -> None:
     assert statuses(client, "/api/items/", 3) == [200, 200, 200]
 
 
-def test_param_key_reads_the_query_then_the_form(client: Any) -> None:
+def test_param_key_reads_the_form_then_the_query(client: Any) -> None:
     rule("api", "/api/", 1, key_kind="param", key_arg="token")
     assert statuses(client, "/api/items/", 2, data={"token": "a"}) == [200, 429]
     assert statuses(client, "/api/items/", 1, method="post", data={"token": "a"}) == [429]
     assert statuses(client, "/api/items/", 1, method="post", data={"token": "b"}) == [200]
     assert statuses(client, "/api/items/", 1, data={"token": "b"}) == [429]
-    assert statuses(client, "/api/items/", 3) == [200, 200, 200]
+    # Without the parameter, or with it empty, requests share one counter: never uncounted.
+    assert statuses(client, "/api/items/", 2) == [200, 429]
+    assert statuses(client, "/api/items/?token=", 1) == [429]
+
+
+def test_a_forged_query_string_does_not_choose_a_post_s_counter(client: Any) -> None:
+    """The view reads the login name from the body; the rule counts by the body too."""
+    rule("login", "/login/", 5, key_kind="param", key_arg="username", methods="POST")
+    outcomes = [
+        client.post(f"/login/?username={query}", {"username": "alice"}).status_code
+        for query in ["", "", "x1", "x2", "x3", "x4", "x5", "x6", "", "x7"]
+    ]
+    assert outcomes.count(429) == 5 and outcomes[:5] == [200] * 5
+    # A post whose body has the field empty is counted with the others that have none.
+    assert [
+        client.post("/login/?username=bob", {"username": ""}).status_code for _ in range(6)
+    ] == [200] * 5 + [429]
 
 
 def test_global_key_is_shared_by_all_clients(client: Any) -> None:

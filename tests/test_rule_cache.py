@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 import redis
 from django.conf import settings
 from django.db import connection, transaction
-from django.test import override_settings
+from django.test import Client, override_settings
 
 from django_throttle import patterns
 from django_throttle.conf import conf
@@ -521,3 +522,30 @@ def test_change_committed_while_redis_is_down_is_announced_when_it_is_back(
     assert not cache.bump_pending
     assert in_force() == {"a": 5, "b": 2}
     assert len(errors_logged(caplog, "could not announce a rule change")) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("throttle_middleware")
+def test_sixteen_threads_right_after_a_change_decide_on_the_new_rules(client, redis_client):
+    """A rule enabled by another process: once RULES_REFRESH has passed, not one request of
+    any thread is decided on the old rules (while one thread reloads, the others wait)."""
+    Rule.objects.create(name="api", scope="/api/", limit=100, enabled=False)
+    assert client.get("/api/items/").status_code == 200  # this process holds the old rules
+    raw_sql("UPDATE {table} SET enabled = %s WHERE name = %s", [True, "api"])
+    RedisVersion().bump()  # as the other process announces it
+    time.sleep(conf.RULES_REFRESH * 1.5)
+    barrier = threading.Barrier(16)
+    admitted: list[int] = []
+
+    def burst() -> None:
+        mine = Client()
+        barrier.wait()
+
+        admitted.append(sum(mine.get("/api/items/").status_code == 200 for _ in range(10)))
+
+    threads = [threading.Thread(target=burst) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sum(admitted) == 100

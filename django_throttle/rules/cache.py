@@ -106,18 +106,23 @@ class RuleCache:
         rules = self._rules
         if rules is not None and self._clock() < self._next_check:
             return rules
-        # One thread refreshes; the others keep serving the rules they have.
-        if not self._lock.acquire(blocking=rules is None):
-            return rules  # type: ignore[return-value]
+        # One thread refreshes; the others wait for it rather than decide on rules that may
+        # be stale: once RULES_REFRESH has passed after a change, no thread serves the old
+        # rules. (The wait is one version read, once per RULES_REFRESH.)
+        self._lock.acquire()
         try:
             if self._rules is None or self._clock() >= self._next_check:
-                self._refresh()
+                try:
+                    self._refresh()
+                finally:
+                    # Only now: a thread arriving during the reload must wait for it, not
+                    # see a next check in the future and go on with the old rules.
+                    self._next_check = self._clock() + conf.RULES_REFRESH
         finally:
             self._lock.release()
         return self._rules if self._rules is not None else RuleSet()
 
     def _refresh(self) -> None:
-        self._next_check = self._clock() + conf.RULES_REFRESH
         if self.bump_pending:
             self.announce()
         try:
