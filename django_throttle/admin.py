@@ -33,7 +33,10 @@ class RuleAdmin(_RuleModelAdmin):
     fieldsets = (
         (None, {"fields": ("name", "enabled")}),
         (_("Matching"), {"fields": ("scope", "methods")}),
-        (_("Limit"), {"fields": ("key_kind", "key_arg", "limit", "unit", "algorithm", "burst")}),
+        (
+            _("Limit"),
+            {"fields": ("key_kind", "key_arg", "limit", "per", "unit", "algorithm", "burst")},
+        ),
         (_("Behaviour"), {"fields": ("action", "fail_mode")}),
         (_("History"), {"fields": ("created_at", "updated_at"), "classes": ("collapse",)}),
     )
@@ -43,7 +46,7 @@ class RuleAdmin(_RuleModelAdmin):
 
     @admin.display(description=_("rate"), ordering="limit")
     def rate(self, rule: Rule) -> str:
-        text = f"{rule.limit}/{rule.unit}"
+        text = rule.rate_description
         return f"{text} (burst {rule.burst})" if rule.burst else text
 
     @admin.display(description=_("in force"))

@@ -12,7 +12,7 @@ from .choices import ALGORITHMS_WITH_BURST, Action, Algorithm, FailMode, KeyKind
 from .conf import conf
 from .keyspace import ALGORITHM_CODES, base36, state_prefix
 from .patterns import Matcher, compile_scope
-from .rates import UNIT_SECONDS
+from .rates import MAX_PER, UNIT_SECONDS
 
 MAX_LIMIT = 1_000_000_000
 
@@ -133,6 +133,7 @@ class RuleRow(Protocol):
     key_kind: str
     key_arg: str
     limit: int
+    per: int
     unit: str
     algorithm: str
     burst: int | None
@@ -158,7 +159,7 @@ def compile_rule(rule: RuleRow) -> CompiledRule:
         key_arg=rule.key_arg,
         key_function=key_function,
         limit=rule.limit,
-        period=_period(rule.unit),
+        period=_period(rule.per, rule.unit),
         algorithm=rule.algorithm,
         burst=rule.burst,
         action=rule.action,
@@ -166,10 +167,12 @@ def compile_rule(rule: RuleRow) -> CompiledRule:
     )
 
 
-def _period(unit: str) -> int:
+def _period(per: int, unit: str) -> int:
     if unit not in Unit.values:
         raise ValueError(f"unknown unit {unit!r}")
-    return UNIT_SECONDS[unit]
+    if not isinstance(per, int) or isinstance(per, bool) or not 1 <= per <= MAX_PER:
+        raise ValueError(f"per must be a whole number from 1 to {MAX_PER}, not {per!r}")
+    return per * UNIT_SECONDS[unit]
 
 
 def header_meta_key(header: str) -> str:

@@ -25,6 +25,7 @@ from .choices import (
 from .compiled import MAX_LIMIT
 from .conf import conf
 from .patterns import UnsafePattern, check_pattern
+from .rates import MAX_PER, describe
 from .signals import rules_written
 
 __all__ = [
@@ -139,8 +140,19 @@ class Rule(models.Model):
         ],
         help_text=_("Requests allowed per unit of time. Example: 5 (with unit minute)."),
     )
-    unit = models.CharField(
+    per = models.PositiveIntegerField(
         _("per"),
+        default=1,
+        validators=[
+            MinValueValidator(1, _("A window is at least 1 unit long.")),
+            MaxValueValidator(MAX_PER, _("A window can be at most %(limit_value)s units long.")),
+        ],
+        help_text=_(
+            "How many units the window lasts: 15 (with unit minute) for 100 per 15 minutes."
+        ),
+    )
+    unit = models.CharField(
+        _("unit"),
         max_length=10,
         choices=Unit.choices,
         default=Unit.MINUTE,
@@ -200,7 +212,7 @@ class Rule(models.Model):
 
     def __str__(self) -> str:
         algorithm = Algorithm(self.algorithm).label if self.algorithm in Algorithm.values else ""
-        text = f"{self.name}: {self.limit}/{self.unit} {self.key_description}, {algorithm}"
+        text = f"{self.name}: {self.rate_description} {self.key_description}, {algorithm}"
         if self.burst:
             text += f", burst {self.burst}"
         if self.action != Action.REJECT:
@@ -208,6 +220,11 @@ class Rule(models.Model):
         if not self.enabled:
             text += " (disabled)"
         return text
+
+    @property
+    def rate_description(self) -> str:
+        """``100 per 15 minutes``."""
+        return describe(self.limit, self.per, self.unit)
 
     @property
     def key_description(self) -> str:

@@ -1,7 +1,8 @@
-"""Units of time and the ``"N/unit"`` rate strings of the ``@throttle`` decorator."""
+"""Units of time and the ``"N/unit"`` and ``"N/<count><unit>"`` rate strings of ``@throttle``."""
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 SECOND, MINUTE, HOUR, DAY = "second", "minute", "hour", "day"
@@ -23,30 +24,55 @@ _UNIT_ALIASES: dict[str, str] = {
 }
 
 
+MAX_PER = 1_000_000  # units in one window
+_WINDOW_RE = re.compile(r"^\s*(\d+)?\s*([a-z]+)\s*$")
+
+
 class Rate(NamedTuple):
     limit: int
     unit: str
+    per: int = 1  # the window is ``per`` units long: 100 per 15 minutes
 
     @property
     def period(self) -> int:
-        return UNIT_SECONDS[self.unit]
+        return self.per * UNIT_SECONDS[self.unit]
 
     def __str__(self) -> str:
-        return f"{self.limit}/{self.unit}"
+        return (
+            f"{self.limit}/{self.unit}" if self.per == 1 else f"{self.limit}/{self.per}{self.unit}"
+        )
+
+
+def describe(limit: int, per: int, unit: str) -> str:
+    """``100 per 15 minutes``, ``5 per minute``: a rule's rate in words."""
+    window = unit if per == 1 else f"{per} {unit}s"
+    return f"{limit} per {window}"
 
 
 def parse_rate(text: str) -> Rate:
-    """Parse ``"30/m"`` (also ``"30/minute"``) into a Rate; raise ValueError with a clear message."""
-    count, sep, unit = str(text).strip().partition("/")
+    """Parse ``"30/m"``, ``"30/minute"``, ``"100/15m"`` or ``"1000/6 hours"`` into a Rate; raise
+    ValueError with a clear message."""
+    count, sep, window = str(text).strip().partition("/")
     if not sep:
-        raise ValueError(f"Rate {text!r} must look like '30/m': a number, '/', and s, m, h or d.")
+        raise ValueError(
+            f"Rate {text!r} must look like '30/m' or '100/15m': a number, '/', an optional "
+            "count and s, m, h or d."
+        )
     try:
         limit = int(count)
     except ValueError:
         raise ValueError(f"Rate {text!r} must start with a whole number of requests.") from None
     if limit < 1:
         raise ValueError(f"Rate {text!r} must allow at least one request.")
-    unit_name = _UNIT_ALIASES.get(unit.strip().lower())
-    if unit_name is None:
-        raise ValueError(f"Rate {text!r} has an unknown unit {unit!r}; use s, m, h or d.")
-    return Rate(limit, unit_name)
+    match = _WINDOW_RE.match(window.lower())
+    unit_name = None
+    if match is not None:
+        word = match.group(2)
+        plural = len(word) > 3 and word.endswith("s")  # "hours", "mins"; never "ms"
+        unit_name = _UNIT_ALIASES.get(word) or (_UNIT_ALIASES.get(word[:-1]) if plural else None)
+    if match is None or unit_name is None:
+        raise ValueError(f"Rate {text!r} has an unknown unit {window!r}; use s, m, h or d.")
+    per = int(match.group(1) or 1)
+    if not 1 <= per <= MAX_PER:
+        raise ValueError(f"Rate {text!r} must count its window from 1 to {MAX_PER} units.")
+    return Rate(limit, unit_name, per)

@@ -26,6 +26,7 @@ def form_data(**fields: Any) -> dict[str, Any]:
         "key_kind": "ip",
         "key_arg": "",
         "limit": "5",
+        "per": "1",
         "unit": "minute",
         "algorithm": "sliding_window_log",
         "burst": "",
@@ -78,7 +79,7 @@ def test_changelist_renders_the_list_columns(admin_client, rules):
     html = response.content.decode()
     for column in columns:
         assert f"column-{column}" in html
-    assert "10/second (burst 50)" in html
+    assert "10 per second (burst 50)" in html
     assert "header:X-Api-Key" in html
     assert "user_or_ip" in html
     assert listed(response) == ["api", "login", "search"]
@@ -120,7 +121,15 @@ def test_add_page_renders_the_fieldsets_and_help_texts(admin_client):
     assert response.status_code == 200
     fieldsets = {fieldset.name: fieldset.fields for fieldset in response.context["adminform"]}
     assert fieldsets["Matching"] == ("scope", "methods")
-    assert fieldsets["Limit"] == ("key_kind", "key_arg", "limit", "unit", "algorithm", "burst")
+    assert fieldsets["Limit"] == (
+        "key_kind",
+        "key_arg",
+        "limit",
+        "per",
+        "unit",
+        "algorithm",
+        "burst",
+    )
     assert fieldsets["Behaviour"] == ("action", "fail_mode")
     html = response.content.decode()
     for heading in ("Matching", "Limit", "Behaviour"):

@@ -350,3 +350,10 @@ def test_key_page_shows_every_selected_rule(admin_client, login_rule):
     response = admin_client.get(f"{KEY}?rule={login_rule.pk}&rule={other.pk}&key=ip:{CLIENT_IP}")
     states = {s.rule.name: s.remaining for s in response.context["states"]}
     assert states == {"login": 0, "login-daily": 8}
+
+
+def test_key_page_shows_a_bucket_out_of_its_burst_and_the_rate_in_words(admin_client):
+    bucket = rule("bucket", "bucket", 10, per=15, unit="minute", algorithm="leaky_bucket", burst=5)
+    html = admin_client.get(f"{KEY}?rule={bucket.pk}&key=ip:{CLIENT_IP}").content.decode()
+    assert re.search(r'class="remaining">5</span> / 5<', html)
+    assert "10 per 15 minutes" in html

@@ -466,3 +466,20 @@ def test_async_views_under_wsgi_do_not_leak_redis_connections(
         client.get("/async/")
     gc.collect()
     assert len(redis_client.client_list()) <= before
+
+
+def test_a_code_default_of_two_per_fifteen_minutes(client: Any) -> None:
+    responses = [client.get("/windowed/") for _ in range(3)]
+    assert [r.status_code for r in responses] == [200, 200, 429]
+    assert responses[0]["RateLimit-Policy"] == '"windowed";q=2;w=900'
+    # The default algorithm, a sliding window counter, may ask to wait into the next window.
+    assert 0 < int(responses[-1]["Retry-After"]) <= 2 * 900
+
+
+@MW
+def test_an_admin_rule_of_three_per_fifteen_minutes(client: Any) -> None:
+    rule("api", "/api/", 3, per=15, unit="minute", algorithm="sliding_window_log")
+    responses = [client.get("/api/items/") for _ in range(4)]
+    assert [r.status_code for r in responses] == [200, 200, 200, 429]
+    assert responses[0]["RateLimit-Policy"] == '"api";q=3;w=900'
+    assert 0 < int(responses[-1]["Retry-After"]) <= 900

@@ -488,3 +488,23 @@ def test_decides_after_a_redis_restart(redis_server, redis_store):
     redis_server.restart()  # without persistence: the state is gone, the script cache too
     result = store.decide([Check(rule, CLIENT)])[0]
     assert (result.allowed, result.remaining) == (True, 9)
+
+
+# -- windows of any length -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_a_window_of_fifteen_minutes(backend, algorithm):
+    """100 per 15 minutes is limit 100, period 900: every algorithm admits the limit and then
+    asks to wait within the window; a fixed window resets at a multiple of 15 minutes."""
+    period = 15 * 60
+    rule = make_rule(algorithm, limit=3, period=period)
+    clear_of_boundary(backend, period)
+    results = flood(backend, rule, 4)
+    assert [r.allowed for r in results] == [True, True, True, False]
+    # A sliding window counter weighs the previous window: its wait can reach into the next.
+    longest = 2 * period if algorithm == "sliding_window_counter" else period
+    assert 0 < results[-1].retry_after <= longest
+    assert results[0].reset_at - backend.now() <= 2 * period
+    if algorithm == "fixed_window":
+        assert round(results[0].reset_at) % period == 0

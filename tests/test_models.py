@@ -266,30 +266,30 @@ def test_duplicate_name_is_refused():
 @pytest.mark.parametrize(
     ("fields", "text"),
     [
-        ({}, "login: 5/minute per ip, sliding window log"),
+        ({}, "login: 5 per minute per ip, sliding window log"),
         (
             {"name": "api", "limit": 5, "unit": "second", "algorithm": "token_bucket", "burst": 20},
-            "api: 5/second per ip, token bucket, burst 20",
+            "api: 5 per second per ip, token bucket, burst 20",
         ),
         (
             {"name": "keys", "key_kind": "header", "key_arg": "X-Api-Key", "unit": "hour"},
-            "keys: 5/hour per header X-Api-Key, sliding window log",
+            "keys: 5 per hour per header X-Api-Key, sliding window log",
         ),
         (
             {"name": "all", "key_kind": "global", "limit": 1000, "algorithm": "fixed_window"},
-            "all: 1000/minute shared by all, fixed window",
+            "all: 1000 per minute shared by all, fixed window",
         ),
         (
             {"name": "search", "key_kind": "user_or_ip", "enabled": False},
-            "search: 5/minute per user or ip, sliding window log (disabled)",
+            "search: 5 per minute per user or ip, sliding window log (disabled)",
         ),
         (
             {"name": "shadow", "action": "log", "algorithm": "sliding_window_counter"},
-            "shadow: 5/minute per ip, sliding window counter, log",
+            "shadow: 5 per minute per ip, sliding window counter, log",
         ),
         (
             {"name": "t", "key_kind": "custom", "key_arg": "tenant", "unit": "day"},
-            "t: 5/day per custom tenant, sliding window log",
+            "t: 5 per day per custom tenant, sliding window log",
         ),
     ],
 )

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import redis
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 from django.test import Client, override_settings
 
 from django_throttle import patterns
@@ -540,8 +540,10 @@ def test_sixteen_threads_right_after_a_change_decide_on_the_new_rules(client, re
     def burst() -> None:
         mine = Client()
         barrier.wait()
-
-        admitted.append(sum(mine.get("/api/items/").status_code == 200 for _ in range(10)))
+        try:
+            admitted.append(sum(mine.get("/api/items/").status_code == 200 for _ in range(10)))
+        finally:
+            connections.close_all()  # this thread's, opened by the one that reloads
 
     threads = [threading.Thread(target=burst) for _ in range(16)]
     for thread in threads:

@@ -24,6 +24,7 @@ urlpatterns = [
     path("heavy/", views.heavy, name="heavy"),
     path("api/orders/", views.orders, name="api-orders"),
     path("checked/", views.checked, name="checked-page"),
+    path("windowed/", views.windowed, name="windowed-page"),
 ]
 
 try:

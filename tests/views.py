@@ -68,3 +68,8 @@ def checked(request):
 def custom_rejection(request, decision):
     """A REJECTION_VIEW: takes the request and the Decision."""
     return HttpResponse(f"slow down ({decision.rule})", status=429, content_type="text/plain")
+
+
+@throttle("windowed", rate="2/15m")
+def windowed(request):
+    return HttpResponse("windowed")

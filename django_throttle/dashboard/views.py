@@ -27,6 +27,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.translation import gettext_lazy as _
 
+from ..choices import ALGORITHMS_WITH_BURST as BUCKETS
 from ..choices import KeyKind
 from ..conf import conf
 from ..models import Dashboard, Rule
@@ -294,8 +295,9 @@ def _states(rules: list[Rule], key: str) -> list[KeyState]:
             for state, _check in checks:
                 state.error = str(_("The store is unavailable (%(e)s).") % {"e": exc})
         else:
-            for (state, _check), result in zip(checks, results, strict=True):
-                state.limit = result.limit
+            for (state, check), result in zip(checks, results, strict=True):
+                # A bucket holds up to its burst: "5 / 10" for a full bucket of 5 was wrong.
+                state.limit = check.rule.burst if check.rule.algorithm in BUCKETS else result.limit
                 state.remaining = result.remaining
                 state.reset_at = as_datetime(int(result.reset_at + 0.999))
                 state.retry_after = result.retry_after
