@@ -37,7 +37,7 @@ class RuleAdmin(_RuleModelAdmin):
             _("Limit"),
             {"fields": ("key_kind", "key_arg", "limit", "per", "unit", "algorithm", "burst")},
         ),
-        (_("Behaviour"), {"fields": ("action", "fail_mode")}),
+        (_("Behaviour"), {"fields": ("block_seconds", "action", "fail_mode")}),
         (_("History"), {"fields": ("created_at", "updated_at"), "classes": ("collapse",)}),
     )
 

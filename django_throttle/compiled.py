@@ -15,6 +15,7 @@ from .patterns import Matcher, compile_scope
 from .rates import MAX_PER, UNIT_SECONDS
 
 MAX_LIMIT = 1_000_000_000
+MAX_BLOCK = 366 * 86400  # a year
 
 KeyFunction = Callable[[Any], "str | None"]
 
@@ -39,6 +40,7 @@ class CompiledRule:
     state_prefix: str  # where this rule's per-client state lives in the store; unique per rule
     header_meta_key: str = ""  # request.META name of the header a 'header' rule keys on
     match: Matcher | None = None  # a regular-expression scope's matcher (patterns.py)
+    block: int = 0  # seconds a rejection blocks the client for
 
     def applies_to(self, method: str) -> bool:
         return self.methods is None or method in self.methods
@@ -70,11 +72,14 @@ def build_rule(
     fail_mode: str = FailMode.DEFAULT,
     key_function: KeyFunction | None = None,
     rule_key: str | None = None,
+    block: int = 0,
 ) -> CompiledRule:
     """The one constructor of compiled rules; ``rule_key`` names the state in the store
     (default: the primary key in base 36). Raises ValueError for values no rule can have,
     however they reached it (a row written with SQL, a code default)."""
     _check_values(algorithm, limit, period, burst, action, fail_mode, key_kind)
+    if not isinstance(block, int) or isinstance(block, bool) or not 0 <= block <= MAX_BLOCK:
+        raise ValueError(f"block must be a whole number of seconds from 0 to {MAX_BLOCK}")
     return CompiledRule(
         id=id,
         name=name,
@@ -92,6 +97,7 @@ def build_rule(
         state_prefix=state_prefix(base36(id) if rule_key is None else rule_key, algorithm),
         header_meta_key=header_meta_key(key_arg) if key_kind == KeyKind.HEADER else "",
         match=compile_scope(scope) if scope.startswith("^") else None,
+        block=block,
     )
 
 
@@ -139,6 +145,7 @@ class RuleRow(Protocol):
     burst: int | None
     action: str
     fail_mode: str
+    block_seconds: int
 
 
 def compile_rule(rule: RuleRow) -> CompiledRule:
@@ -164,6 +171,7 @@ def compile_rule(rule: RuleRow) -> CompiledRule:
         burst=rule.burst,
         action=rule.action,
         fail_mode=rule.fail_mode,
+        block=rule.block_seconds,
     )
 
 

@@ -22,7 +22,7 @@ from .choices import (
     RejectionAction,
     Unit,
 )
-from .compiled import MAX_LIMIT
+from .compiled import MAX_BLOCK, MAX_LIMIT
 from .conf import conf
 from .patterns import UnsafePattern, check_pattern
 from .rates import MAX_PER, describe
@@ -180,6 +180,17 @@ class Rule(models.Model):
         help_text=_(
             "Token and leaky bucket only: the bucket size, i.e. how many requests may come at "
             "once. Example: 20 with a limit of 5/second. Empty = the limit."
+        ),
+    )
+    block_seconds = models.PositiveIntegerField(
+        _("block for (seconds)"),
+        default=0,
+        validators=[
+            MaxValueValidator(MAX_BLOCK, _("A block can last at most %(limit_value)s seconds."))
+        ],
+        help_text=_(
+            "Once this rule rejects a client, reject it for this many seconds, whatever the "
+            "window says. Example: 3600 after 5 failed logins in 15 minutes. 0 = no block."
         ),
     )
     action = models.CharField(

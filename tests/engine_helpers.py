@@ -28,6 +28,7 @@ def make_rule(
     burst: int | None = None,
     action: str = "reject",
     rule_id: int = 1,
+    block: int = 0,
 ) -> CompiledRule:
     """A compiled rule as the rule cache would build it; ``burst`` defaults to ``limit``."""
     return build_rule(
@@ -38,6 +39,7 @@ def make_rule(
         period=period,
         burst=burst,
         action=action,
+        block=block,
     )
 
 

@@ -56,7 +56,7 @@ def test_the_primary_user_is_enough(settings: Any, rf: Any, redis_server: RedisS
             "default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": url},
         }
         for n, algorithm in enumerate(ALGORITHMS):
-            rule(f"r{n}", f"scope{n}", 2, algorithm=algorithm, fail_mode="closed")
+            rule(f"r{n}", f"scope{n}", 2, algorithm=algorithm, fail_mode="closed", block_seconds=60)
         RedisVersion().bump()
         for n in range(len(ALGORITHMS)):
             decisions = [check(rf.get("/"), f"scope{n}") for _ in range(3)]
@@ -84,7 +84,9 @@ def test_the_cluster_user_is_enough() -> None:
         store = ClusterStore(RedisCluster.from_url(f"redis://throttle:{PASSWORD}@127.0.0.1:{port}"))
         try:
             for n, algorithm in enumerate(ALGORITHMS, 1):
-                limit = build_rule(id=n, name=f"r{n}", algorithm=algorithm, limit=2, period=60)
+                limit = build_rule(
+                    id=n, name=f"r{n}", algorithm=algorithm, limit=2, period=60, block=60
+                )
                 tight = build_rule(
                     id=50 + n, name="t", algorithm="fixed_window", limit=1, period=60
                 )

@@ -30,6 +30,7 @@ def form_data(**fields: Any) -> dict[str, Any]:
         "unit": "minute",
         "algorithm": "sliding_window_log",
         "burst": "",
+        "block_seconds": "0",
         "action": "reject",
         "fail_mode": "default",
         "_save": "Save",
@@ -130,7 +131,7 @@ def test_add_page_renders_the_fieldsets_and_help_texts(admin_client):
         "algorithm",
         "burst",
     )
-    assert fieldsets["Behaviour"] == ("action", "fail_mode")
+    assert fieldsets["Behaviour"] == ("block_seconds", "action", "fail_mode")
     html = response.content.decode()
     for heading in ("Matching", "Limit", "Behaviour"):
         assert heading in html

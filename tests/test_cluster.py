@@ -217,6 +217,19 @@ def test_a_refund_leaves_a_shadow_rule_that_rejected_alone(
     assert store.decide([Check(generous, user)], dry_run=True)[0].remaining == 100
 
 
+def test_a_block_lives_in_the_client_s_slot(cluster: ClusterHarness, store: ClusterStore) -> None:
+    limit = make_rule("fixed_window", 1, block=600)
+    identity = "ip:203.0.113.50"
+    assert [store.decide([Check(limit, identity)])[0].blocked for _ in range(2)] == [False, True]
+    key = state_key(limit, identity)
+    with closing(
+        redis.Redis(port=cluster.node_for_slot(slot_of_tag(client_tag(identity))))
+    ) as node:
+        assert 590 < node.pttl(key + ":b") / 1000 <= 600
+    store.reset(limit, identity)
+    assert store.decide([Check(limit, identity)])[0].allowed
+
+
 def test_a_dry_run_across_slots_writes_nothing(
     cluster: ClusterHarness, store: ClusterStore
 ) -> None:

@@ -357,3 +357,15 @@ def test_key_page_shows_a_bucket_out_of_its_burst_and_the_rate_in_words(admin_cl
     html = admin_client.get(f"{KEY}?rule={bucket.pk}&key=ip:{CLIENT_IP}").content.decode()
     assert re.search(r'class="remaining">5</span> / 5<', html)
     assert "10 per 15 minutes" in html
+
+
+def test_key_page_shows_a_block_and_its_reset_clears_it(admin_client):
+    blocking = rule("blocking", "blocking", 1, block_seconds=3600)
+    requests = [RequestFactory().get("/", REMOTE_ADDR=CLIENT_IP) for _ in range(2)]
+    assert [check(request, "blocking").allowed for request in requests] == [True, False]
+    url = f"{KEY}?rule={blocking.pk}&key=ip:{CLIENT_IP}"
+    html = admin_client.get(url).content.decode()
+    assert "throttle-blocked" in html and re.search(r"blocked for 3[56]\d\d s", html)
+    admin_client.post(KEY, {"rule": blocking.pk, "key": f"ip:{CLIENT_IP}"})
+    assert "throttle-blocked" not in admin_client.get(url).content.decode()
+    assert check(RequestFactory().get("/", REMOTE_ADDR=CLIENT_IP), "blocking").allowed

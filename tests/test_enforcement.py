@@ -483,3 +483,11 @@ def test_an_admin_rule_of_three_per_fifteen_minutes(client: Any) -> None:
     assert [r.status_code for r in responses] == [200, 200, 200, 429]
     assert responses[0]["RateLimit-Policy"] == '"api";q=3;w=900'
     assert 0 < int(responses[-1]["Retry-After"]) <= 900
+
+
+@MW
+def test_a_login_rule_blocks_for_an_hour_after_five_failures(client: Any) -> None:
+    rule("login", "/login/", 5, per=15, unit="minute", block_seconds=3600, methods="POST")
+    responses = [client.post("/login/", {"username": "a"}) for _ in range(6)]
+    assert [r.status_code for r in responses] == [200] * 5 + [429]
+    assert 3590 < int(responses[-1]["Retry-After"]) <= 3600

@@ -508,3 +508,39 @@ def test_a_window_of_fifteen_minutes(backend, algorithm):
     assert results[0].reset_at - backend.now() <= 2 * period
     if algorithm == "fixed_window":
         assert round(results[0].reset_at) % period == 0
+
+
+# -- block duration ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_a_rejection_starts_a_block(backend, algorithm):
+    rule = make_rule(algorithm, limit=2, period=60, block=600)  # the block outlasts the window
+    clear_of_boundary(backend, 60)
+    results = flood(backend, rule, 4)
+    assert [r.allowed for r in results] == [True, True, False, False]
+    assert [r.blocked for r in results] == [False, False, True, True]
+    assert 599 < results[2].retry_after <= 600
+    assert results[3].retry_after <= results[2].retry_after
+    backend.store.reset(rule, CLIENT)  # the dashboard's reset clears the block too
+    assert one(backend, rule).allowed
+
+
+def test_a_blocked_client_stays_blocked_after_the_window(backend):
+    rule = make_rule("fixed_window", limit=2, period=1, block=2)
+    align(backend, 0.0, 1)
+    assert [r.allowed for r in flood(backend, rule, 3)] == [True, True, False]
+    backend.wait(1.1)  # a new window: the algorithm alone would admit
+    blocked = one(backend, rule)
+    assert not blocked.allowed and blocked.blocked and 0 < blocked.retry_after <= 1
+    backend.wait(blocked.retry_after)
+    assert one(backend, rule).allowed
+
+
+def test_a_dry_run_starts_no_block(backend):
+    rule = make_rule("fixed_window", limit=1, period=HOUR, block=600)
+    clear_of_boundary(backend, HOUR)
+    assert one(backend, rule).allowed
+    assert not one(backend, rule, dry_run=True).allowed
+    probe = one(backend, rule, dry_run=True)
+    assert not probe.blocked  # rejected by the window only: no block was started

@@ -274,6 +274,7 @@ class KeyState:
     reset_at: datetime | None = None
     retry_after: float | None = None
     allowed: bool | None = None
+    blocked: bool = False
     error: str | None = None
     warning: str | None = None
 
@@ -302,6 +303,7 @@ def _states(rules: list[Rule], key: str) -> list[KeyState]:
                 state.reset_at = as_datetime(int(result.reset_at + 0.999))
                 state.retry_after = result.retry_after
                 state.allowed = result.allowed
+                state.blocked = result.blocked
     return states
 
 

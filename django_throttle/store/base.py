@@ -35,6 +35,7 @@ class Result:
     reset_at: float
     retry_after: float
     delay: float
+    blocked: bool = False  # rejected by the rule's block duration (until retry_after)
 
 
 class Store(Protocol):

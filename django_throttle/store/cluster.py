@@ -32,7 +32,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import AskError, MovedError, NoScriptError, ResponseError
 
 from ..compiled import CompiledRule
-from ..keyspace import ALGORITHM_CODES, client_tag
+from ..keyspace import ALGORITHM_CODES, BLOCK_SUFFIX, client_tag
 from .base import Check, Result, state_key
 from .connections import (
     AsyncConnectionStack,
@@ -45,6 +45,7 @@ from .errors import STORE_ERRORS
 from .redis import (
     DECIDE_SHA,
     DECIDE_SOURCE,
+    REPLY_FIELDS,
     decision_kwargs,
     load_lua,
     parse_reply,
@@ -95,7 +96,7 @@ def _committed(reply: Sequence[int], dry_run: bool) -> bool:
 def _to_refund(checks: Sequence[Check], indices: list[int], reply: Sequence[int]) -> list[Check]:
     """The checks of a committed group that decide.lua did commit: those that admitted
     (a shadow rule that rejected is in an admitted group, uncounted)."""
-    return [checks[i] for k, i in enumerate(indices) if reply[2 + 5 * k] == 1]
+    return [checks[i] for k, i in enumerate(indices) if reply[2 + REPLY_FIELDS * k] == 1]
 
 
 def _assemble(
@@ -314,7 +315,8 @@ class ClusterStore:
         return _assemble(checks, groups, replies, refunded)
 
     def reset(self, rule: CompiledRule, identity: str) -> None:
-        self.client.delete(state_key(rule, identity))
+        key = state_key(rule, identity)
+        self.client.delete(key, key + BLOCK_SUFFIX)  # one slot: the client's hash tag
 
 
 class AsyncClusterStore:
@@ -455,4 +457,5 @@ class AsyncClusterStore:
         return _assemble(checks, groups, list(replies), refunded)  # type: ignore[arg-type]
 
     async def reset(self, rule: CompiledRule, identity: str) -> None:
-        await self.client.delete(state_key(rule, identity))
+        key = state_key(rule, identity)
+        await self.client.delete(key, key + BLOCK_SUFFIX)

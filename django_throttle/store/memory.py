@@ -17,6 +17,7 @@ from typing import Any
 
 from ..choices import Algorithm
 from ..compiled import CompiledRule
+from ..keyspace import BLOCK_SUFFIX
 from .base import Check, Result, state_key
 
 US = 1_000_000
@@ -63,17 +64,24 @@ class MemoryStore:
         with self._lock:
             now = self._clock()
             evaluations = []
+            blocks = []
             admitted = True
             for check in checks:
                 rule = check.rule
-                evaluation = self._evaluate(rule, state_key(rule, check.identity), now, check.cost)
+                key = state_key(rule, check.identity)
+                evaluation, blocked = self._blocked(rule, key, now, dry_run)
+                if evaluation is None:
+                    evaluation = self._evaluate(rule, key, now, check.cost)
+                    if not evaluation[0] and rule.block and not dry_run:
+                        evaluation, blocked = self._block(rule, key, now, evaluation), True
                 if not evaluation[0] and rule.enforcing:
                     admitted = False
                 evaluations.append(evaluation)
+                blocks.append(blocked)
             commit = admitted and not dry_run
             results = []
-            for check, (ok, rem_after, rem_now, reset_after, retry, delay, write) in zip(
-                checks, evaluations, strict=True
+            for check, blocked, (ok, rem_after, rem_now, reset_after, retry, delay, write) in zip(
+                checks, blocks, evaluations, strict=True
             ):
                 if commit and write is not None:
                     write()
@@ -87,13 +95,38 @@ class MemoryStore:
                         reset_at=(now + math.ceil(reset_after)) / US,
                         retry_after=math.ceil(retry) / US,
                         delay=math.ceil(delay) / US,
+                        blocked=blocked,
                     )
                 )
             return results
 
     def reset(self, rule: CompiledRule, identity: str) -> None:
         with self._lock:
-            self._state.pop(state_key(rule, identity), None)
+            key = state_key(rule, identity)
+            self._state.pop(key, None)
+            self._state.pop(key + BLOCK_SUFFIX, None)
+
+    # -- block durations (see decide.lua) ---------------------------------------
+
+    def _blocked(
+        self, rule: CompiledRule, key: str, now: int, dry_run: bool
+    ) -> tuple[Evaluation | None, bool]:
+        """A rejection while the client is blocked by this rule, else (None, False)."""
+        if not rule.block:
+            return None, False
+        entry = self._state.get(key + BLOCK_SUFFIX)
+        if entry is None or entry[1] <= now:
+            return None, False
+        left = math.ceil((entry[1] - now) / 1000) * 1000  # whole milliseconds, as PTTL
+        return (False, 0, 0, left, left, 0.0, None), True
+
+    def _block(self, rule: CompiledRule, key: str, now: int, rejected: Evaluation) -> Evaluation:
+        """Start the block of a client this rule has just rejected."""
+        block = rule.block * US
+        self._set(key + BLOCK_SUFFIX, 1, now, block)
+        ok, rem_after, rem_now, reset_after, retry, delay, write = rejected
+        retry = max(retry, block)
+        return ok, rem_after, rem_now, max(reset_after, retry), retry, delay, write
 
     # -- state ----------------------------------------------------------------
 

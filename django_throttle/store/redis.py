@@ -20,11 +20,12 @@ from redis.sentinel import Sentinel, SentinelConnectionPool
 
 from ..compiled import CompiledRule
 from ..conf import conf
-from ..keyspace import ALGORITHM_CODES, client_tag
+from ..keyspace import ALGORITHM_CODES, BLOCK_SUFFIX, client_tag
 from .base import Check, Result, state_key
 from .connections import AsyncConnectionStack, ConnectionStack
 
 US = 1_000_000
+REPLY_FIELDS = 6  # per check in decide.lua's reply
 
 ASYNC_STACKABLE_POOLS = (
     redis.asyncio.connection.ConnectionPool,
@@ -77,7 +78,8 @@ class RedisStore:
         return parse_reply(checks, reply)
 
     def reset(self, rule: CompiledRule, identity: str) -> None:
-        self.client.delete(state_key(rule, identity))
+        key = state_key(rule, identity)
+        self.client.delete(key, key + BLOCK_SUFFIX)
 
 
 class AsyncRedisStore:
@@ -115,7 +117,8 @@ class AsyncRedisStore:
         return parse_reply(checks, reply)
 
     async def reset(self, rule: CompiledRule, identity: str) -> None:
-        await self.client.delete(state_key(rule, identity))
+        key = state_key(rule, identity)
+        await self.client.delete(key, key + BLOCK_SUFFIX)
 
 
 def decision_kwargs() -> dict[str, Any]:
@@ -220,7 +223,8 @@ def async_client_from_cache(alias: str) -> Any:
 def script_input(checks: Sequence[Check], dry_run: bool) -> tuple[list[str], list[Any]]:
     """KEYS and ARGV of decide.lua (see its header)."""
     keys = []
-    args: list[Any] = ["1" if dry_run else "0"]
+    blocks = []
+    args: list[Any] = ["1" if dry_run else "0", len(checks)]
     tags: dict[str, str] = {}  # the rules of a request often key on one identity
     for check in checks:
         rule = check.rule
@@ -228,7 +232,10 @@ def script_input(checks: Sequence[Check], dry_run: bool) -> tuple[list[str], lis
         tag = tags.get(who)
         if tag is None:
             tag = tags[who] = client_tag(who)
-        keys.append(rule.state_prefix + tag)
+        key = rule.state_prefix + tag
+        keys.append(key)
+        if rule.block:
+            blocks.append(key + BLOCK_SUFFIX)
         args += (
             ALGORITHM_CODES[rule.algorithm],
             rule.limit,
@@ -236,8 +243,9 @@ def script_input(checks: Sequence[Check], dry_run: bool) -> tuple[list[str], lis
             rule.burst,
             check.cost,
             "1" if rule.enforcing else "0",
+            rule.block,
         )
-    return keys, args
+    return keys + blocks, args
 
 
 def parse_reply(checks: Sequence[Check], reply: Sequence[int]) -> list[Result]:
@@ -245,8 +253,8 @@ def parse_reply(checks: Sequence[Check], reply: Sequence[int]) -> list[Result]:
     results = []
     i = 2
     for check in checks:
-        allowed, remaining, reset_after, retry_after, delay = reply[i : i + 5]
-        i += 5
+        allowed, remaining, reset_after, retry_after, delay, blocked = reply[i : i + REPLY_FIELDS]
+        i += REPLY_FIELDS
         results.append(
             Result(
                 rule=check.rule,
@@ -257,6 +265,7 @@ def parse_reply(checks: Sequence[Check], reply: Sequence[int]) -> list[Result]:
                 reset_at=now + reset_after / US,
                 retry_after=retry_after / US,
                 delay=delay / US,
+                blocked=blocked == 1,
             )
         )
     return results

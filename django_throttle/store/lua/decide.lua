@@ -6,14 +6,22 @@
 -- written with its TTL in the same command (SET ... PX, PEXPIRE right after
 -- ZADD), so no key ever lives without expiry. Time is the server's (TIME).
 --
--- KEYS[i]  state key of check i (all keys share one {hash tag}: one cluster slot)
+-- KEYS[i]  state key of check i, for i = 1..n; then, in the order of the checks, the
+--          block key of each check whose block is not 0 (every key of one client
+--          shares its {hash tag}: one cluster slot)
 -- ARGV[1]  "1" for a dry run (evaluate, write nothing), else "0"
--- ARGV[2 + 6*(i-1) ...]  for check i: algorithm code, limit, period (seconds),
---          burst, cost, enforce ("1" blocks the request, "0" is a shadow rule)
+-- ARGV[2]  n, the number of checks
+-- ARGV[3 + 7*(i-1) ...]  for check i: algorithm code, limit, period (seconds),
+--          burst, cost, enforce ("1" blocks the request, "0" is a shadow rule),
+--          block (seconds a rejection blocks the client for; 0: none)
 --          algorithm codes: f fixed window, l sliding window log,
 --          c sliding window counter, t token bucket, b leaky bucket
 -- Returns  {now_us, admitted, then for each check: allowed, remaining,
---          reset_after_us, retry_after_us, delay_us}
+--          reset_after_us, retry_after_us, delay_us, blocked (1 while blocked)}
+--
+-- A block is a key of its own with a TTL: while it lives the check rejects without
+-- looking at its algorithm; a check that rejects starts one (even when the request
+-- is rejected, and so commits nothing else).
 --
 -- Windows are aligned to multiples of the period since the epoch. Buckets
 -- are one number, the theoretical arrival time (GCRA) in microseconds. The
@@ -39,7 +47,8 @@ local function clamp(v)
   return math.floor(v + 1e-9)
 end
 
-local n = #KEYS
+local n = tonumber(ARGV[2])
+local nb = n  -- the last block key used
 local admitted = true
 local reply = {now, 1}
 local set_value, set_px = {}, {}  -- a check's pending SET (every algorithm but the log)
@@ -47,7 +56,7 @@ local log_stamp, log_seq = {}, {}  -- a log check's pending entries
 local allowed_at, after_at = {}, {}  -- where a check's allowed flag and remaining sit in reply
 
 for i = 1, n do
-  local a = 2 + 6 * (i - 1)
+  local a = 3 + 7 * (i - 1)
   local code = ARGV[a]
   local limit = tonumber(ARGV[a + 1])
   local period_s = tonumber(ARGV[a + 2])
@@ -57,8 +66,20 @@ for i = 1, n do
   local key = KEYS[i]
   -- allowed, remaining if committed, remaining now, reset_after, retry_after, delay
   local ok, rem_after, rem_now, reset_after, retry, delay = false, 0, 0, 0, 0, 0
+  local block_ms = tonumber(ARGV[a + 6]) * 1000
+  local bkey, blocked = nil, false
+  if block_ms > 0 then
+    nb = nb + 1
+    bkey = KEYS[nb]
+    local left = redis.call('PTTL', bkey)
+    if left > 0 then
+      blocked, retry, reset_after = true, left * 1000, left * 1000
+    end
+  end
 
-  if code == 'f' then
+  if blocked then
+    -- Rejected until the block ends, whatever the algorithm's state.
+  elseif code == 'f' then
     -- Fixed window: "window:count". The window is computed in whole seconds: now /
     -- period in microseconds can round up across a boundary in double precision.
     local w = math.floor(now_s / period_s)
@@ -175,6 +196,12 @@ for i = 1, n do
     end
   end
 
+  if not ok and bkey and not blocked and not dry then
+    redis.call('SET', bkey, '1', 'PX', block_ms)
+    blocked = true
+    if retry < block_ms * 1000 then retry = block_ms * 1000 end
+    if reset_after < retry then reset_after = retry end
+  end
   if not ok and ARGV[a + 5] == '1' then admitted = false end
   local r = #reply
   allowed_at[i], after_at[i] = ok, rem_after
@@ -183,6 +210,7 @@ for i = 1, n do
   reply[r + 3] = math.ceil(reset_after)
   reply[r + 4] = math.ceil(retry)
   reply[r + 5] = math.ceil(delay)
+  reply[r + 6] = blocked and 1 or 0
 end
 
 if not admitted then
@@ -191,11 +219,11 @@ elseif not dry then
   for i = 1, n do
     if allowed_at[i] then
       local key = KEYS[i]
-      reply[2 + 5 * (i - 1) + 2] = after_at[i]  -- committed: report what remains after it
+      reply[2 + 6 * (i - 1) + 2] = after_at[i]  -- committed: report what remains after it
       if set_value[i] then
         redis.call('SET', key, set_value[i], 'PX', set_px[i])
       else
-        local a = 2 + 6 * (i - 1)
+        local a = 3 + 7 * (i - 1)
         local period = tonumber(ARGV[a + 2]) * 1000000
         local cost = tonumber(ARGV[a + 4])
         local stamp, seq = log_stamp[i], log_seq[i]
