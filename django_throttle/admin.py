@@ -13,13 +13,23 @@ from django.utils.translation import ngettext
 
 from .compiled import compile_rule
 from .dashboard.views import DashboardAdmin, inspect_key
-from .models import Dashboard, Rule
+from .models import Dashboard, Override, Rule
 
 if TYPE_CHECKING:
     # ModelAdmin is generic in django-stubs only; it cannot be subscripted at run time.
     _RuleModelAdmin = admin.ModelAdmin[Rule]
+    _OverrideModelAdmin = admin.ModelAdmin[Override]
+    _OverrideInline = admin.TabularInline[Override, Rule]
 else:
     _RuleModelAdmin = admin.ModelAdmin
+    _OverrideModelAdmin = admin.ModelAdmin
+    _OverrideInline = admin.TabularInline
+
+
+class OverrideInline(_OverrideInline):
+    model = Override
+    extra = 0
+    fields = ("key", "limit", "exempt")
 
 
 @admin.register(Rule)
@@ -29,6 +39,7 @@ class RuleAdmin(_RuleModelAdmin):
     list_filter = ("algorithm", "key_kind", "enabled", "action")
     search_fields = ("name", "scope")
     actions = ("enable_rules", "disable_rules", inspect_key)
+    inlines = (OverrideInline,)
     readonly_fields = ("created_at", "updated_at")
     fieldsets = (
         (None, {"fields": ("name", "enabled")}),
@@ -86,6 +97,14 @@ class RuleAdmin(_RuleModelAdmin):
     @admin.action(description=_("Disable selected rules"), permissions=["change"])
     def disable_rules(self, request: HttpRequest, queryset: QuerySet[Rule]) -> None:
         self._set_enabled(request, queryset, False)
+
+
+@admin.register(Override)
+class OverrideAdmin(_OverrideModelAdmin):
+    list_display = ("key", "rule", "limit", "exempt")
+    list_filter = ("exempt", "rule")
+    search_fields = ("key", "rule__name")
+    autocomplete_fields = ("rule",)
 
 
 admin.site.register(Dashboard, DashboardAdmin)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from django.utils.module_loading import import_string
@@ -41,6 +41,10 @@ class CompiledRule:
     header_meta_key: str = ""  # request.META name of the header a 'header' rule keys on
     match: Matcher | None = None  # a regular-expression scope's matcher (patterns.py)
     block: int = 0  # seconds a rejection blocks the client for
+    # Identity -> the rule as it applies to that client (its own limit), or None: exempt.
+    overrides: Mapping[str, CompiledRule | None] | None = field(
+        default=None, compare=False, repr=False
+    )
 
     def applies_to(self, method: str) -> bool:
         return self.methods is None or method in self.methods
@@ -99,6 +103,25 @@ def build_rule(
         match=compile_scope(scope) if scope.startswith("^") else None,
         block=block,
     )
+
+
+def with_overrides(
+    rule: CompiledRule, overrides: Iterable[tuple[str, int | None, bool]]
+) -> CompiledRule:
+    """The rule with its overrides: (key, limit, exempt) each. A client's own limit keeps the
+    rule's state (the same key): only the limit the state is compared with changes."""
+    table: dict[str, CompiledRule | None] = {}
+    for key, limit, exempt in overrides:
+        if exempt or limit is None:
+            table[key] = None
+            continue
+        _check_values(
+            rule.algorithm, limit, rule.period, None, rule.action, rule.fail_mode, rule.key_kind
+        )
+        # A bucket's burst defaults to its limit; an explicit burst stays the rule's.
+        burst = limit if rule.burst == rule.limit else rule.burst
+        table[key] = replace(rule, limit=limit, burst=burst)
+    return replace(rule, overrides=table) if table else rule
 
 
 def _check_values(

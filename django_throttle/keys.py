@@ -7,11 +7,10 @@ a short key.
 
 from __future__ import annotations
 
-import functools
-import ipaddress
 import logging
 from typing import Any
 
+from .addresses import MAX_ADDRESS_CHARS, normalized
 from .choices import KeyKind
 from .compiled import CompiledRule
 from .conf import conf
@@ -22,35 +21,11 @@ UNKNOWN_IP = "unknown"
 MAX_FORWARDED_ENTRIES = 64  # more hops than any real proxy chain; longer headers are cut
 
 
-MAX_ADDRESS_CHARS = 100  # an IPv6 address with brackets, zone id and port is well under this
-
-
 def _normalize_ip(text: str) -> str | None:
     """The address as it is keyed (IPv6 by its network prefix), or None if it is not one."""
     if len(text) > MAX_ADDRESS_CHARS:
         return None
-    return _normalized(text, conf.IPV6_PREFIX)
-
-
-@functools.lru_cache(maxsize=4096)  # clients come back: parse each address once, not per request
-def _normalized(text: str, ipv6_prefix: int) -> str | None:
-    text = text.strip()
-    if text.startswith("[") and "]" in text:  # "[2001:db8::1]:443"
-        text = text[1 : text.index("]")]
-    elif text.count(":") == 1:  # "203.0.113.7:51234"
-        text = text.split(":", 1)[0]
-    text = text.split("%", 1)[0]  # a zone id ("fe80::1%eth0") names a local interface
-    try:
-        address = ipaddress.ip_address(text)
-    except ValueError:
-        return None
-    if address.version == 6:
-        mapped = address.ipv4_mapped
-        if mapped is not None:
-            return str(mapped)
-        network = ipaddress.IPv6Network((address, ipv6_prefix), strict=False)
-        return str(network)
-    return str(address)
+    return normalized(text, conf.IPV6_PREFIX)
 
 
 def client_ip(request: Any) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Any
 
@@ -12,6 +13,7 @@ from django.utils import timezone
 from django.utils.functional import Promise
 from django.utils.translation import gettext_lazy as _
 
+from .addresses import normalized
 from .choices import (
     ALGORITHMS_WITH_BURST,
     KEY_KINDS_WITH_ARG,
@@ -34,6 +36,7 @@ __all__ = [
     "Dashboard",
     "FailMode",
     "KeyKind",
+    "Override",
     "Rejection",
     "RejectionAction",
     "Rule",
@@ -336,6 +339,89 @@ def _key_arg_missing(kind: str) -> str | Promise:
         KeyKind.CUSTOM: _("Name the key function to use, as registered in KEY_FUNCTIONS."),
     }
     return messages[kind]
+
+
+# -- overrides for one client --------------------------------------------------------
+
+OVERRIDE_KINDS = ("ip", "user", "header", "param", "custom")
+
+
+class Override(models.Model):
+    """One client's own limit on a rule, or its exemption from it, loaded with the rules."""
+
+    rule = models.ForeignKey(
+        Rule, on_delete=models.CASCADE, related_name="overrides", verbose_name=_("rule")
+    )
+    key = models.CharField(
+        _("client key"),
+        max_length=255,
+        help_text=_(
+            "As the dashboard writes it: user:42, ip:203.0.113.7 (IPv6: its network, as keyed), "
+            "header:<value>, param:<value>, custom:<value>, or global."
+        ),
+    )
+    limit = models.PositiveIntegerField(
+        _("limit"),
+        null=True,
+        blank=True,
+        validators=[
+            MinValueValidator(1, _("The limit must allow at least 1 request.")),
+            MaxValueValidator(MAX_LIMIT, _("The limit can be at most %(limit_value)s.")),
+        ],
+        help_text=_("This client's limit per the rule's window. Empty when exempt."),
+    )
+    exempt = models.BooleanField(_("exempt"), default=False)
+
+    class Meta:
+        ordering = ["rule__name", "key"]
+        verbose_name = _("override")
+        verbose_name_plural = _("overrides")
+        constraints = [
+            models.UniqueConstraint(fields=["rule", "key"], name="django_throttle_one_override")
+        ]
+
+    def __str__(self) -> str:
+        what = _("exempt") if self.exempt else _("limit %(n)s") % {"n": self.limit}
+        return f"{self.key}: {what}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        self.full_clean()
+        super().save(*args, **kwargs)
+
+    def clean(self) -> None:
+        self.key = (self.key or "").strip()
+        errors: dict[str, str | Promise] = {}
+        kind = self.key.split(":", 1)[0]
+        if self.key != "global" and (kind not in OVERRIDE_KINDS or ":" not in self.key):
+            errors["key"] = _(
+                "Write the key as the dashboard does: user:42, ip:203.0.113.7, header:<value>, "
+                "param:<value>, custom:<value> or global."
+            )
+        elif kind == "ip":
+            address = keyed_address(self.key[3:])
+            if address is None:
+                errors["key"] = _("%(v)r is not an IP address.") % {"v": self.key[3:]}
+            else:
+                self.key = "ip:" + address  # as identities key it: IPv6 by its network
+        if self.exempt and self.limit is not None:
+            errors["limit"] = _("An exempt client has no limit: leave it empty.")
+        elif not self.exempt and self.limit is None:
+            errors["limit"] = _("Give this client's limit, or make it exempt.")
+        if errors:
+            raise ValidationError(errors)
+
+
+def keyed_address(text: str) -> str | None:
+    """An address, or an IPv6 network of the keyed prefix length, as identities write it."""
+    address = normalized(text, conf.IPV6_PREFIX)
+    if address is None:
+        try:
+            network = ipaddress.ip_network(text.strip(), strict=False)
+        except ValueError:
+            return None
+        if network.version == 6 and network.prefixlen == conf.IPV6_PREFIX:
+            address = str(network)
+    return address
 
 
 # -- the rejection log -----------------------------------------------------------------

@@ -8,7 +8,7 @@ from typing import Any
 from django.core.signals import setting_changed
 from django.db.models.signals import post_delete, post_save, pre_save
 
-from .models import Rule, validate_row
+from .models import Override, Rule, validate_row
 from .rules import reset_rule_cache, rules_changed
 from .signals import rules_written
 from .store import reset_store
@@ -34,5 +34,9 @@ def connect() -> None:
     pre_save.connect(raw_rule_saved, sender=Rule, dispatch_uid="django_throttle.rule_loaded")
     post_save.connect(rule_written, sender=Rule, dispatch_uid="django_throttle.rule_saved")
     post_delete.connect(rule_written, sender=Rule, dispatch_uid="django_throttle.rule_deleted")
+    post_save.connect(rule_written, sender=Override, dispatch_uid="django_throttle.override_saved")
+    post_delete.connect(
+        rule_written, sender=Override, dispatch_uid="django_throttle.override_deleted"
+    )
     rules_written.connect(rule_written, dispatch_uid="django_throttle.rules_written")
     setting_changed.connect(settings_changed, dispatch_uid="django_throttle.setting_changed")

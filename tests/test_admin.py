@@ -33,6 +33,11 @@ def form_data(**fields: Any) -> dict[str, Any]:
         "block_seconds": "0",
         "action": "reject",
         "fail_mode": "default",
+        # the overrides inline's management form
+        "overrides-TOTAL_FORMS": "0",
+        "overrides-INITIAL_FORMS": "0",
+        "overrides-MIN_NUM_FORMS": "0",
+        "overrides-MAX_NUM_FORMS": "1000",
         "_save": "Save",
     }
     data.update(fields)

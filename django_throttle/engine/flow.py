@@ -78,8 +78,15 @@ def gather(
             if rule.fails_closed(conf.FAIL_OPEN):
                 return Gathered([], [], unavailable(rule, rule.period))
             continue
-        if who is not None:
-            checks.append(Check(rule, who, rule_cost if cost is None else cost))
+        if who is None:
+            continue
+        overrides = rule.overrides
+        if overrides is not None and who in overrides:
+            own = overrides[who]
+            if own is None:
+                continue  # this client is exempt from the rule
+            rule = own  # this client's own limit, on the same state
+        checks.append(Check(rule, who, rule_cost if cost is None else cost))
     return Gathered(checks, earlier)
 
 

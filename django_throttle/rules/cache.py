@@ -19,7 +19,7 @@ from django.db import DatabaseError, transaction
 from django.db.models import Count, Max
 from redis.exceptions import ConnectionError
 
-from ..compiled import compile_rule
+from ..compiled import compile_rule, with_overrides
 from ..conf import conf
 from ..models import Rule
 from ..store import get_store
@@ -68,9 +68,10 @@ class DatabaseVersion:
 def load_rules() -> RuleSet:
     """Read and compile the enabled rules; a rule that cannot be compiled is skipped and logged."""
     compiled = []
-    for rule in Rule.objects.filter(enabled=True).order_by("pk"):
+    for rule in Rule.objects.filter(enabled=True).order_by("pk").prefetch_related("overrides"):
         try:
-            compiled.append(compile_rule(rule))
+            overrides = [(o.key, o.limit, o.exempt) for o in rule.overrides.all()]
+            compiled.append(with_overrides(compile_rule(rule), overrides))
         except Exception:
             logger.exception(
                 "django_throttle: rule %r cannot be enforced and is skipped", rule.name
