@@ -40,10 +40,23 @@ class RuleAdmin(_RuleModelAdmin):
     search_fields = ("name", "scope")
     actions = ("enable_rules", "disable_rules", inspect_key)
     inlines = (OverrideInline,)
+    filter_horizontal = ("groups", "exempt_groups")
     readonly_fields = ("created_at", "updated_at")
     fieldsets = (
         (None, {"fields": ("name", "enabled")}),
         (_("Matching"), {"fields": ("scope", "methods")}),
+        (
+            _("Who it applies to"),
+            {
+                "fields": (
+                    "applies_to",
+                    "groups",
+                    "exempt_staff",
+                    "exempt_groups",
+                    "exempt_networks",
+                )
+            },
+        ),
         (
             _("Limit"),
             {"fields": ("key_kind", "key_arg", "limit", "per", "unit", "algorithm", "burst")},

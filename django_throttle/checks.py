@@ -10,7 +10,8 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.utils.module_loading import import_string
 
-from .conf import REDIS_CACHE_PREFIX, SETTING_NAME, Settings, conf
+from .conf import E_EXEMPT_NETWORKS, REDIS_CACHE_PREFIX, SETTING_NAME, Settings, conf
+from .networks import parse_networks
 
 MIDDLEWARE_PATH = "django_throttle.middleware.ThrottleMiddleware"
 AUTH_MIDDLEWARE_PATH = "django.contrib.auth.middleware.AuthenticationMiddleware"
@@ -58,6 +59,17 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
         errors.extend(_check_store())
     if "KEY_FUNCTIONS" not in bad:
         errors.extend(_check_key_functions(conf.KEY_FUNCTIONS))
+    if "EXEMPT_NETWORKS" not in bad:
+        try:
+            parse_networks(conf.EXEMPT_NETWORKS)
+        except ValueError as exc:
+            errors.append(
+                Error(
+                    f"{SETTING_NAME}['EXEMPT_NETWORKS']: {exc}.",
+                    hint='Give CIDRs, e.g. ["10.0.0.0/8", "2001:db8::/32"].',
+                    id=E_EXEMPT_NETWORKS,
+                )
+            )
     if "CLUSTER_URL" not in bad and conf.CLUSTER_URL is not None:
         errors.extend(_check_cluster_url(conf.CLUSTER_URL))
     if "KEY_PREFIX" not in bad and ("{" in conf.KEY_PREFIX or "}" in conf.KEY_PREFIX):

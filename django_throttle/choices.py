@@ -15,6 +15,13 @@ class Unit(models.TextChoices):
     DAY = DAY, _("day")
 
 
+class AppliesTo(models.TextChoices):
+    ALL = "all", _("everyone")
+    ANONYMOUS = "anonymous", _("anonymous clients only")
+    AUTHENTICATED = "authenticated", _("authenticated users only")
+    GROUPS = "groups", _("members of the chosen groups")
+
+
 class KeyKind(models.TextChoices):
     IP = "ip", _("client IP address")
     USER = "user", _("authenticated user")

@@ -8,9 +8,10 @@ from typing import Any, Protocol
 
 from django.utils.module_loading import import_string
 
-from .choices import ALGORITHMS_WITH_BURST, Action, Algorithm, FailMode, KeyKind, Unit
+from .choices import ALGORITHMS_WITH_BURST, Action, Algorithm, AppliesTo, FailMode, KeyKind, Unit
 from .conf import conf
 from .keyspace import ALGORITHM_CODES, base36, state_prefix
+from .networks import Network, parse_networks
 from .patterns import Matcher, compile_scope
 from .rates import MAX_PER, UNIT_SECONDS
 
@@ -41,6 +42,12 @@ class CompiledRule:
     header_meta_key: str = ""  # request.META name of the header a 'header' rule keys on
     match: Matcher | None = None  # a regular-expression scope's matcher (patterns.py)
     block: int = 0  # seconds a rejection blocks the client for
+    # Who the rule counts (audience.py); all of it is known once the rules are loaded.
+    audience: str = AppliesTo.ALL  # the row's applies_to
+    groups: frozenset[int] = frozenset()
+    exempt_staff: bool = False
+    exempt_groups: frozenset[int] = frozenset()
+    exempt_networks: tuple[Network, ...] = ()
     # Identity -> the rule as it applies to that client (its own limit), or None: exempt.
     overrides: Mapping[str, CompiledRule | None] | None = field(
         default=None, compare=False, repr=False
@@ -77,6 +84,11 @@ def build_rule(
     key_function: KeyFunction | None = None,
     rule_key: str | None = None,
     block: int = 0,
+    applies_to: str = AppliesTo.ALL,
+    groups: frozenset[int] = frozenset(),
+    exempt_staff: bool = False,
+    exempt_groups: frozenset[int] = frozenset(),
+    exempt_networks: tuple[Network, ...] = (),
 ) -> CompiledRule:
     """The one constructor of compiled rules; ``rule_key`` names the state in the store
     (default: the primary key in base 36). Raises ValueError for values no rule can have,
@@ -84,6 +96,8 @@ def build_rule(
     _check_values(algorithm, limit, period, burst, action, fail_mode, key_kind)
     if not isinstance(block, int) or isinstance(block, bool) or not 0 <= block <= MAX_BLOCK:
         raise ValueError(f"block must be a whole number of seconds from 0 to {MAX_BLOCK}")
+    if applies_to not in AppliesTo.values:
+        raise ValueError(f"unknown audience {applies_to!r}")
     return CompiledRule(
         id=id,
         name=name,
@@ -102,6 +116,11 @@ def build_rule(
         header_meta_key=header_meta_key(key_arg) if key_kind == KeyKind.HEADER else "",
         match=compile_scope(scope) if scope.startswith("^") else None,
         block=block,
+        audience=applies_to,
+        groups=groups,
+        exempt_staff=exempt_staff,
+        exempt_groups=exempt_groups,
+        exempt_networks=exempt_networks,
     )
 
 
@@ -169,10 +188,16 @@ class RuleRow(Protocol):
     action: str
     fail_mode: str
     block_seconds: int
+    applies_to: str
+    exempt_staff: bool
+    exempt_networks: str
 
 
-def compile_rule(rule: RuleRow) -> CompiledRule:
-    """Compile a Rule row; raise ValueError (or ImportError) if it cannot be enforced."""
+def compile_rule(
+    rule: RuleRow, groups: Iterable[int] = (), exempt_groups: Iterable[int] = ()
+) -> CompiledRule:
+    """Compile a Rule row (and the ids of its groups, read by the caller); raise ValueError
+    (or ImportError) if it cannot be enforced."""
     key_function = None
     if rule.key_kind == KeyKind.CUSTOM:
         path = conf.KEY_FUNCTIONS.get(rule.key_arg)
@@ -195,6 +220,11 @@ def compile_rule(rule: RuleRow) -> CompiledRule:
         action=rule.action,
         fail_mode=rule.fail_mode,
         block=rule.block_seconds,
+        applies_to=rule.applies_to,
+        groups=frozenset(groups),
+        exempt_staff=rule.exempt_staff,
+        exempt_groups=frozenset(exempt_groups),
+        exempt_networks=parse_networks(rule.exempt_networks),
     )
 
 

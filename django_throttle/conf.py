@@ -25,6 +25,7 @@ E_WRONG_TYPE = "django_throttle.E005"
 E_TRUSTED_PROXIES = "django_throttle.E006"
 E_IPV6_PREFIX = "django_throttle.E008"
 E_OUT_OF_RANGE = "django_throttle.E009"
+E_EXEMPT_NETWORKS = "django_throttle.E013"
 
 
 @dataclass(frozen=True)
@@ -161,6 +162,13 @@ class Settings:
     LOCAL_FALLBACK = Setting[bool](True, (bool,))
     FLUSH_INTERVAL = Setting[float](10.0, _NUMBER, convert=float, minimum=0, above=True)
     RETENTION_DAYS = Setting[int](30, (int,), minimum=1)
+    EXEMPT_NETWORKS = Setting[list[str]](
+        [],
+        (list, tuple),
+        error_id=E_EXEMPT_NETWORKS,
+        type_error_id=E_EXEMPT_NETWORKS,
+        hint='CIDRs never counted by any rule, e.g. ["10.0.0.0/8", "2001:db8::/32"].',
+    )
     CLUSTER_URL = Setting["str | None"](
         None,
         (str, type(None)),

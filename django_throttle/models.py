@@ -19,6 +19,7 @@ from .choices import (
     KEY_KINDS_WITH_ARG,
     Action,
     Algorithm,
+    AppliesTo,
     FailMode,
     KeyKind,
     RejectionAction,
@@ -26,6 +27,7 @@ from .choices import (
 )
 from .compiled import MAX_BLOCK, MAX_LIMIT
 from .conf import conf
+from .networks import parse_networks
 from .patterns import UnsafePattern, check_pattern
 from .rates import MAX_PER, describe
 from .signals import rules_written
@@ -185,6 +187,38 @@ class Rule(models.Model):
             "once. Example: 20 with a limit of 5/second. Empty = the limit."
         ),
     )
+    applies_to = models.CharField(
+        _("applies to"),
+        max_length=20,
+        choices=AppliesTo.choices,
+        default=AppliesTo.ALL,
+        help_text=_("Whose requests the rule counts; 'groups' counts members of the groups below."),
+    )
+    groups = models.ManyToManyField(
+        "auth.Group",
+        blank=True,
+        related_name="throttle_rules",
+        verbose_name=_("groups"),
+        help_text=_("With 'members of the chosen groups': the groups whose members it counts."),
+    )
+    exempt_staff = models.BooleanField(
+        _("exempt staff"), default=False, help_text=_("Staff users are never counted.")
+    )
+    exempt_groups = models.ManyToManyField(
+        "auth.Group",
+        blank=True,
+        related_name="throttle_exemptions",
+        verbose_name=_("exempt groups"),
+        help_text=_("Members of these groups are never counted."),
+    )
+    exempt_networks = models.TextField(
+        _("exempt networks"),
+        blank=True,
+        help_text=_(
+            "CIDRs never counted by this rule, comma- or newline-separated: 10.0.0.0/8, "
+            "2001:db8::/32. (DJANGO_THROTTLE['EXEMPT_NETWORKS'] exempts from every rule.)"
+        ),
+    )
     block_seconds = models.PositiveIntegerField(
         _("block for (seconds)"),
         default=0,
@@ -309,6 +343,10 @@ class Rule(models.Model):
             )
         if self.action == Action.DELAY and self.algorithm != Algorithm.LEAKY_BUCKET:
             error("action", _("Delay works with the leaky bucket algorithm only."))
+        try:
+            parse_networks(self.exempt_networks or "")
+        except ValueError as exc:
+            error("exempt_networks", str(exc))
         if errors:
             raise ValidationError(errors)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.signals import setting_changed
-from django.db.models.signals import post_delete, post_save, pre_save
+from django.db.models.signals import m2m_changed, post_delete, post_save, pre_save
 
 from .models import Override, Rule, validate_row
 from .rules import reset_rule_cache, rules_changed
@@ -35,6 +35,8 @@ def connect() -> None:
     post_save.connect(rule_written, sender=Rule, dispatch_uid="django_throttle.rule_saved")
     post_delete.connect(rule_written, sender=Rule, dispatch_uid="django_throttle.rule_deleted")
     post_save.connect(rule_written, sender=Override, dispatch_uid="django_throttle.override_saved")
+    for through in (Rule.groups.through, Rule.exempt_groups.through):
+        m2m_changed.connect(rule_written, sender=through, dispatch_uid=f"django_throttle.{through}")
     post_delete.connect(
         rule_written, sender=Override, dispatch_uid="django_throttle.override_deleted"
     )

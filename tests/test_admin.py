@@ -31,6 +31,8 @@ def form_data(**fields: Any) -> dict[str, Any]:
         "algorithm": "sliding_window_log",
         "burst": "",
         "block_seconds": "0",
+        "applies_to": "all",
+        "exempt_networks": "",
         "action": "reject",
         "fail_mode": "default",
         # the overrides inline's management form

@@ -14,6 +14,7 @@ from asgiref.sync import sync_to_async
 from django.http import HttpResponse, HttpResponseBase
 
 from .. import recording
+from ..audience import counts
 from ..compiled import CompiledRule
 from ..conf import conf
 from ..decision import Decision, from_results, unavailable
@@ -72,6 +73,8 @@ def gather(
             earlier.append(done)
             continue
         try:
+            if not counts(rule, request, memo):
+                continue  # outside the rule's audience, or exempt
             who = identity(rule, request, memo)
         except Exception:
             _log_key_error(rule)

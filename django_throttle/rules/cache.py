@@ -68,10 +68,13 @@ class DatabaseVersion:
 def load_rules() -> RuleSet:
     """Read and compile the enabled rules; a rule that cannot be compiled is skipped and logged."""
     compiled = []
-    for rule in Rule.objects.filter(enabled=True).order_by("pk").prefetch_related("overrides"):
+    rows = Rule.objects.filter(enabled=True).order_by("pk")
+    for rule in rows.prefetch_related("overrides", "groups", "exempt_groups"):
         try:
             overrides = [(o.key, o.limit, o.exempt) for o in rule.overrides.all()]
-            compiled.append(with_overrides(compile_rule(rule), overrides))
+            groups = [g.pk for g in rule.groups.all()]
+            exempt_groups = [g.pk for g in rule.exempt_groups.all()]
+            compiled.append(with_overrides(compile_rule(rule, groups, exempt_groups), overrides))
         except Exception:
             logger.exception(
                 "django_throttle: rule %r cannot be enforced and is skipped", rule.name

@@ -1,0 +1,71 @@
+"""Whether a rule counts a request at all: its audience (everyone, anonymous, authenticated,
+members of groups) and its exemptions (staff, groups, networks, the EXEMPT_NETWORKS setting).
+
+Everything about the rules is known once they are loaded; of the request, only what a rule
+asks for is looked at. A user's groups are read at most once per user per RULES_REFRESH.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from .choices import AppliesTo
+from .compiled import CompiledRule
+from .conf import conf
+from .keys import client_ip
+from .networks import address_in, cached_networks
+
+_memberships: dict[Any, tuple[frozenset[int], float]] = {}
+_lock = threading.Lock()
+MAX_CACHED_USERS = 10_000
+
+
+def counts(rule: CompiledRule, request: Any, memo: dict[str, str | None]) -> bool:
+    """Whether ``rule`` counts this request (False: the client is outside its audience or
+    exempt). ``memo`` is the request's, shared with keys.identity()."""
+    everywhere = conf.EXEMPT_NETWORKS
+    if everywhere or rule.exempt_networks:
+        if "ip" not in memo:
+            memo["ip"] = client_ip(request)
+        address = memo["ip"] or ""
+        if everywhere and address_in(address, cached_networks(tuple(everywhere))):
+            return False
+        if rule.exempt_networks and address_in(address, rule.exempt_networks):
+            return False
+    applies = rule.audience
+    if applies == AppliesTo.ALL and not rule.exempt_staff and not rule.exempt_groups:
+        return True
+    user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
+        return applies in (AppliesTo.ALL, AppliesTo.ANONYMOUS)
+    if applies == AppliesTo.ANONYMOUS or (rule.exempt_staff and user.is_staff):
+        return False
+    if applies == AppliesTo.GROUPS or rule.exempt_groups:
+        mine = group_ids(user)
+        if applies == AppliesTo.GROUPS and not mine & rule.groups:
+            return False
+        if mine & rule.exempt_groups:
+            return False
+    return True
+
+
+def group_ids(user: Any) -> frozenset[int]:
+    """The ids of the user's groups, read at most once per RULES_REFRESH per user."""
+    now = time.monotonic()
+    cached = _memberships.get(user.pk)
+    if cached is not None and cached[1] > now:
+        return cached[0]
+    ids = frozenset(user.groups.values_list("pk", flat=True))
+    with _lock:
+        if len(_memberships) >= MAX_CACHED_USERS:
+            _memberships.clear()  # a bound on memory: the next requests read again
+        _memberships[user.pk] = (ids, now + max(conf.RULES_REFRESH, 1.0))
+    return ids
+
+
+def forget_memberships() -> None:
+    """Read every user's groups again (rules reloaded in tests, groups edited)."""
+    with _lock:
+        _memberships.clear()
