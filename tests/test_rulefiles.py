@@ -1,0 +1,148 @@
+"""Rules as files: throttle_export and throttle_import, YAML and JSON, one format."""
+
+from __future__ import annotations
+
+import json
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from django.contrib.auth.models import Group
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from django_throttle.models import Override, Rule
+from tests.helpers import rule
+
+pytestmark = pytest.mark.django_db
+
+DOCUMENTED = """
+rules:
+  - name: api
+    scope: /api/
+    key_kind: ip
+    limit: 100
+    per: 15
+    unit: minute
+    algorithm: sliding_window_counter
+    exempt_networks: ["10.0.0.0/8"]
+    groups: []
+    overrides:
+      - {key: "user:42", limit: 1000}
+      - {key: "ip:203.0.113.7", exempt: true}
+  - name: login
+    scope: login
+    methods: POST
+    limit: 5
+    per: 15
+    block_seconds: 3600
+    fail_mode: closed
+"""
+
+
+def run(*args: str) -> str:
+    out = StringIO()
+    call_command(*args, stdout=out)
+    return out.getvalue()
+
+
+def write(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_the_documented_example_imports(tmp_path: Path) -> None:
+    out = run("throttle_import", write(tmp_path, "rules.yaml", DOCUMENTED))
+    assert out.split("\n")[:2] == ["create api", "create login"]
+    api = Rule.objects.get(name="api")
+    assert (api.limit, api.per, api.unit, api.exempt_networks) == (100, 15, "minute", "10.0.0.0/8")
+    assert sorted(api.overrides.values_list("key", "limit", "exempt")) == [
+        ("ip:203.0.113.7", None, True),
+        ("user:42", 1000, False),
+    ]
+    login = Rule.objects.get(name="login")
+    assert (login.block_seconds, login.fail_mode, login.algorithm) == (
+        3600,
+        "closed",
+        "sliding_window_counter",
+    )
+
+
+@pytest.mark.parametrize("fmt", ["yaml", "json"])
+def test_export_then_import_is_a_round_trip(tmp_path: Path, fmt: str) -> None:
+    partners = Group.objects.create(name="partners")
+    api = rule("api", "/api/", 100, per=15, exempt_networks="10.0.0.0/8, 2001:db8::/32")
+    api.exempt_groups.set([partners])
+    Override.objects.create(rule=api, key="user:42", limit=1000)
+    rule("login", "login", 5, block_seconds=3600, applies_to="anonymous")
+    exported = run("throttle_export", "--format", fmt)
+    data = json.loads(exported) if fmt == "json" else yaml.safe_load(exported)
+    assert [r["name"] for r in data["rules"]] == ["api", "login"]
+    assert data["rules"][0]["exempt_groups"] == ["partners"]
+    assert data["rules"][0]["exempt_networks"] == ["10.0.0.0/8", "2001:db8::/32"]
+    Rule.objects.all().delete()
+    path = write(tmp_path, f"rules.{fmt}", exported)
+    assert run("throttle_import", path).split() == ["create", "api", "create", "login"]
+    assert run("throttle_export", "--format", fmt) == exported  # the same rules again
+    # Idempotent: importing the same file changes nothing.
+    assert run("throttle_import", path).split() == ["unchanged", "api", "unchanged", "login"]
+
+
+def test_dry_run_prints_what_would_change_and_writes_nothing(tmp_path: Path) -> None:
+    rule("api", "/api/", 10)
+    rule("old", "/old/", 10)
+    path = write(tmp_path, "rules.yaml", DOCUMENTED)
+    out = run("throttle_import", path, "--dry-run", "--prune")
+    assert out.splitlines() == [
+        "would create login",
+        "would change api: limit, per, exempt_networks, overrides",
+        "would delete old",
+    ]
+    assert sorted(Rule.objects.values_list("name", "limit")) == [("api", 10), ("old", 10)]
+
+
+def test_prune_deletes_the_rules_the_file_does_not_name(tmp_path: Path) -> None:
+    rule("old", "/old/", 10)
+    run("throttle_import", write(tmp_path, "rules.yaml", DOCUMENTED), "--prune")
+    assert sorted(Rule.objects.values_list("name", flat=True)) == ["api", "login"]
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"name": "bad", "scope": "/x/", "limit": 0}, "rule 'bad': limit"),
+        ({"name": "bad", "scope": "^(unclosed", "limit": 5}, "rule 'bad': scope"),
+        ({"name": "bad", "scope": r"^/(a+)+$", "limit": 5}, "rule 'bad': scope"),
+        (
+            {"name": "bad", "scope": "/x/", "limit": 5, "colour": "red"},
+            r"unknown field\(s\) colour",
+        ),
+        ({"name": "bad", "scope": "/x/", "limit": 5, "groups": ["nobody"]}, "no group nobody"),
+        (
+            {"name": "bad", "scope": "/x/", "limit": 5, "overrides": [{"key": "user:1"}]},
+            "override 'user:1'",
+        ),
+    ],
+)
+def test_an_invalid_rule_changes_nothing_and_names_the_rule(
+    tmp_path: Path, entry: dict[str, Any], message: str
+) -> None:
+    rule("keep", "/keep/", 7)
+    good = {"name": "good", "scope": "/good/", "limit": 3}
+    path = write(tmp_path, "rules.json", json.dumps({"rules": [good, entry]}))
+    with pytest.raises(CommandError, match=message) as refused:
+        run("throttle_import", path, "--prune")
+    assert "nothing was written" in str(refused.value)
+    assert list(Rule.objects.values_list("name", "limit")) == [("keep", 7)]
+
+
+def test_an_unreadable_file_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(CommandError, match="cannot be read as YAML"):
+        run("throttle_import", write(tmp_path, "rules.yaml", "rules: [unclosed"))
+    with pytest.raises(CommandError, match='list under "rules"'):
+        run("throttle_import", write(tmp_path, "rules.json", "{}"))
+    with pytest.raises(CommandError, match="Cannot read"):
+        run("throttle_import", str(tmp_path / "missing.yaml"))
