@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
-from django.db.models import QuerySet
+from django.db.models import OuterRef, QuerySet, Subquery, Sum
+from django.db.models.functions import Coalesce
 from django.http import HttpRequest
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from .compiled import compile_rule
 from .dashboard.views import DashboardAdmin, inspect_key
-from .models import Dashboard, Override, Rule
+from .models import Dashboard, Override, Rejection, Rule
 
 if TYPE_CHECKING:
     # ModelAdmin is generic in django-stubs only; it cannot be subscripted at run time.
@@ -34,16 +37,28 @@ class OverrideInline(_OverrideInline):
 
 @admin.register(Rule)
 class RuleAdmin(_RuleModelAdmin):
-    list_display = ("name", "scope", "rate", "key", "algorithm", "action", "enabled", "state")
+    list_display = (
+        "name",
+        "scope",
+        "methods_shown",
+        "rate",
+        "key",
+        "algorithm",
+        "action",
+        "enabled",
+        "state",
+        "rejected_last_hour",
+        "in_words",
+    )
     list_display_links = ("name",)
     list_filter = ("algorithm", "key_kind", "enabled", "action")
     search_fields = ("name", "scope")
     actions = ("enable_rules", "disable_rules", inspect_key)
     inlines = (OverrideInline,)
     filter_horizontal = ("groups", "exempt_groups")
-    readonly_fields = ("created_at", "updated_at")
+    readonly_fields = ("in_words", "created_at", "updated_at")
     fieldsets = (
-        (None, {"fields": ("name", "enabled")}),
+        (None, {"fields": ("name", "enabled", "in_words")}),
         (_("Matching"), {"fields": ("scope", "methods")}),
         (
             _("Who it applies to"),
@@ -62,7 +77,7 @@ class RuleAdmin(_RuleModelAdmin):
             {"fields": ("key_kind", "key_arg", "limit", "per", "unit", "algorithm", "burst")},
         ),
         (_("Behaviour"), {"fields": ("block_seconds", "action", "fail_mode")}),
-        (_("History"), {"fields": ("created_at", "updated_at"), "classes": ("collapse",)}),
+        (_("Timestamps"), {"fields": ("created_at", "updated_at"), "classes": ("collapse",)}),
     )
 
     class Media:
@@ -72,6 +87,31 @@ class RuleAdmin(_RuleModelAdmin):
     def rate(self, rule: Rule) -> str:
         text = rule.rate_description
         return f"{text} (burst {rule.burst})" if rule.burst else text
+
+    @admin.display(description=_("in words"))
+    def in_words(self, rule: Rule) -> str:
+        return rule.explanation if rule.pk or rule.limit else "-"
+
+    @admin.display(description=_("methods"), ordering="methods")
+    def methods_shown(self, rule: Rule) -> str:
+        return rule.methods.replace(",", ", ") if rule.methods else str(_("all"))
+
+    @admin.display(description=_("rejected, last hour"), ordering="rejected_recently")
+    def rejected_last_hour(self, rule: Rule) -> int:
+        return int(getattr(rule, "rejected_recently", 0))
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Rule]:
+        # The last hour's rejections in the page's one query, not one query per row.
+        since = timezone.now() - timedelta(hours=1)
+        recent = (
+            Rejection.objects.filter(rule=OuterRef("name"), minute__gte=since)
+            .values("rule")
+            .annotate(n=Sum("count"))
+            .values("n")
+        )
+        return (
+            super().get_queryset(request).annotate(rejected_recently=Coalesce(Subquery(recent), 0))
+        )
 
     @admin.display(description=_("in force"))
     def state(self, rule: Rule) -> str:

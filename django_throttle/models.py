@@ -270,6 +270,51 @@ class Rule(models.Model):
         return text
 
     @property
+    def explanation(self) -> str:
+        """The rule in words, as the admin shows it: ``at most 100 requests per 15 minutes
+        per client IP, then blocked for 1 hour; POST only; staff exempt``."""
+        requests = "request" if self.limit == 1 else "requests"
+        window = self.unit if self.per == 1 else f"{self.per} {self.unit}s"
+        text = f"at most {self.limit} {requests} per {window} {self.key_phrase}"
+        if self.block_seconds:
+            text += f", then blocked for {duration(self.block_seconds)}"
+        notes = []
+        if self.methods:
+            notes.append(f"{self.methods.replace(',', ', ')} only")
+        audience = {
+            str(AppliesTo.ANONYMOUS): "anonymous clients only",
+            str(AppliesTo.AUTHENTICATED): "authenticated users only",
+            str(AppliesTo.GROUPS): "members of chosen groups only",
+        }.get(self.applies_to)
+        if audience:
+            notes.append(audience)
+        if self.exempt_staff:
+            notes.append("staff exempt")
+        if self.exempt_networks:
+            notes.append(f"{self.exempt_networks.strip()} exempt")
+        if self.action == Action.LOG:
+            notes.append("logged only, never rejected")
+        elif self.action == Action.DELAY:
+            notes.append("delayed to its turn rather than rejected")
+        return "; ".join([text, *notes])
+
+    @property
+    def key_phrase(self) -> str:
+        kind = self.key_kind
+        phrases = {
+            KeyKind.IP: "per client IP",
+            KeyKind.USER: "per user (anonymous requests not counted)",
+            KeyKind.USER_OR_IP: "per user, or per IP when anonymous",
+            KeyKind.GLOBAL: "for all clients together",
+            KeyKind.HEADER: f"per value of the {self.key_arg} header",
+            KeyKind.PARAM: f"per value of the {self.key_arg} parameter",
+            KeyKind.CUSTOM: f"per {self.key_arg} (a key function)",
+        }
+        return (
+            phrases.get(KeyKind(kind), f"per {kind}") if kind in KeyKind.values else f"per {kind}"
+        )
+
+    @property
     def rate_description(self) -> str:
         """``100 per 15 minutes``."""
         return describe(self.limit, self.per, self.unit)
@@ -349,6 +394,15 @@ class Rule(models.Model):
             error("exempt_networks", str(exc))
         if errors:
             raise ValidationError(errors)
+
+
+def duration(seconds: int) -> str:
+    """``1 hour``, ``90 seconds``, ``2 days``: the largest unit that divides it."""
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds % size == 0:
+            count = seconds // size
+            return f"{count} {unit}" + ("" if count == 1 else "s")
+    return f"{seconds} second" + ("" if seconds == 1 else "s")
 
 
 def scope_problem(scope: str) -> str | None:

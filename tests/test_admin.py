@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import re
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.contrib.messages import get_messages
+from django.utils import timezone
 from django.utils.html import escape
 
-from django_throttle.models import Rule
+from django_throttle.models import Rejection, Rule
 
 pytestmark = [pytest.mark.db_matters, pytest.mark.django_db]
 
@@ -82,7 +85,19 @@ def listed(response: Any) -> list[str]:
 def test_changelist_renders_the_list_columns(admin_client, rules):
     response = admin_client.get(CHANGELIST)
     assert response.status_code == 200
-    columns = ["name", "scope", "rate", "key", "algorithm", "action", "enabled", "state"]
+    columns = [
+        "name",
+        "scope",
+        "methods_shown",
+        "rate",
+        "key",
+        "algorithm",
+        "action",
+        "enabled",
+        "state",
+        "rejected_last_hour",
+        "in_words",
+    ]
     assert list(response.context["cl"].list_display) == ["action_checkbox", *columns]
     html = response.content.decode()
     for column in columns:
@@ -91,6 +106,42 @@ def test_changelist_renders_the_list_columns(admin_client, rules):
     assert "header:X-Api-Key" in html
     assert "user_or_ip" in html
     assert listed(response) == ["api", "login", "search"]
+
+
+def test_changelist_explains_each_rule_and_counts_its_recent_rejections(admin_client):
+    rule_row = Rule.objects.create(
+        name="login",
+        scope="failed-login",
+        methods="POST",
+        limit=5,
+        per=15,
+        unit="minute",
+        block_seconds=3600,
+        exempt_staff=True,
+    )
+    Rejection.objects.create(
+        rule="login", key="k", display="ip:1", action="reject", minute=timezone.now(), count=7
+    )
+    Rejection.objects.create(
+        rule="login",
+        key="k",
+        display="ip:1",
+        action="reject",
+        minute=timezone.now() - timedelta(hours=2),
+        count=100,
+    )
+    html = admin_client.get(CHANGELIST).content.decode()
+    explanation = (
+        "at most 5 requests per 15 minutes per client IP, then blocked for 1 hour; "
+        "POST only; staff exempt"
+    )
+    assert explanation in html
+    assert re.search(r'class="field-rejected_last_hour">7<', html)
+    assert re.search(r'class="field-methods_shown">POST<', html)
+    form = admin_client.get(f"/admin/django_throttle/rule/{rule_row.pk}/change/").content
+    assert explanation in form.decode()
+    headings = re.findall(r'class="fieldset-heading">([^<]*)<', form.decode())
+    assert "Timestamps" in headings and "History" not in headings  # the admin's own button
 
 
 @pytest.mark.parametrize(
