@@ -9,12 +9,13 @@ from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.db.models import OuterRef, QuerySet, Subquery, Sum
 from django.db.models.functions import Coalesce
+from django.forms.models import BaseInlineFormSet
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from .compiled import compile_rule
+from .compiled import compile_rule, with_overrides
 from .dashboard.views import DashboardAdmin, inspect_key
 from .models import Dashboard, Override, Rejection, Rule
 
@@ -29,8 +30,25 @@ else:
     _OverrideInline = admin.TabularInline
 
 
+class OverrideFormSet(BaseInlineFormSet):  # type: ignore[type-arg]
+    def clean(self) -> None:
+        """Two rows whose keys are one client (ip:2001:db8::1 and ::2 share their /64) are an
+        error on the form, not a 500 when the second is saved."""
+        super().clean()
+        seen: set[str] = set()
+        for form in self.forms:
+            data = getattr(form, "cleaned_data", None) or {}
+            if not data or data.get("DELETE") or not data.get("key"):
+                continue
+            key = Override.keyed(data["key"])
+            if key in seen:
+                raise ValidationError(_("Two overrides are for the client %(key)s.") % {"key": key})
+            seen.add(key)
+
+
 class OverrideInline(_OverrideInline):
     model = Override
+    formset = OverrideFormSet
     extra = 0
     fields = ("key", "limit", "exempt")
 
@@ -120,9 +138,15 @@ class RuleAdmin(_RuleModelAdmin):
         if not rule.enabled:
             return "-"
         try:
-            compile_rule(rule)
+            compiled = compile_rule(rule)
         except Exception as exc:  # what load_rules skips the rule for
             return str(_("broken: %(reason)s") % {"reason": exc})
+        overrides = [(o.key, o.limit, o.exempt) for o in rule.overrides.all()]
+        skipped = with_overrides(compiled, overrides)[1]
+        if skipped:
+            return str(_("yes; overrides skipped: %(what)s") % {"what": "; ".join(skipped)})
+        if rule.applies_to == "groups" and not rule.groups.exists():
+            return str(_("yes, but no group is chosen: it counts nobody"))
         return str(_("yes"))
 
     @admin.display(description=_("key"), ordering="key_kind")

@@ -13,7 +13,7 @@ from .conf import conf
 from .keyspace import ALGORITHM_CODES, base36, state_prefix
 from .networks import Network, parse_networks
 from .patterns import Matcher, compile_scope
-from .rates import MAX_PER, UNIT_SECONDS
+from .rates import MAX_PER, MAX_WINDOW, UNIT_SECONDS
 
 MAX_LIMIT = 1_000_000_000
 MAX_BLOCK = 366 * 86400  # a year
@@ -126,21 +126,29 @@ def build_rule(
 
 def with_overrides(
     rule: CompiledRule, overrides: Iterable[tuple[str, int | None, bool]]
-) -> CompiledRule:
-    """The rule with its overrides: (key, limit, exempt) each. A client's own limit keeps the
+) -> tuple[CompiledRule, list[str]]:
+    """The rule with its overrides, (key, limit, exempt) each, and why any was skipped (an
+    override that cannot be used never takes its rule down). A client's own limit keeps the
     rule's state (the same key): only the limit the state is compared with changes."""
     table: dict[str, CompiledRule | None] = {}
+    skipped = []
     for key, limit, exempt in overrides:
-        if exempt or limit is None:
+        if exempt:
             table[key] = None
             continue
-        _check_values(
-            rule.algorithm, limit, rule.period, None, rule.action, rule.fail_mode, rule.key_kind
-        )
+        try:
+            if limit is None:
+                raise ValueError("neither a limit nor exempt")
+            _check_values(
+                rule.algorithm, limit, rule.period, None, rule.action, rule.fail_mode, rule.key_kind
+            )
+        except ValueError as exc:
+            skipped.append(f"{key}: {exc}")
+            continue
         # A bucket's burst defaults to its limit; an explicit burst stays the rule's.
         burst = limit if rule.burst == rule.limit else rule.burst
         table[key] = replace(rule, limit=limit, burst=burst)
-    return replace(rule, overrides=table) if table else rule
+    return (replace(rule, overrides=table) if table else rule), skipped
 
 
 def _check_values(
@@ -233,6 +241,8 @@ def _period(per: int, unit: str) -> int:
         raise ValueError(f"unknown unit {unit!r}")
     if not isinstance(per, int) or isinstance(per, bool) or not 1 <= per <= MAX_PER:
         raise ValueError(f"per must be a whole number from 1 to {MAX_PER}, not {per!r}")
+    if per * UNIT_SECONDS[unit] > MAX_WINDOW:
+        raise ValueError(f"a window can last at most {MAX_WINDOW // 86400} days")
     return per * UNIT_SECONDS[unit]
 
 

@@ -50,10 +50,14 @@ def _param(request: Any, name: str) -> str:
     value "" (one counter shared by every request without it), so leaving the parameter
     out, or sending it empty, never escapes the rule."""
     if request.method == "POST":
-        value = request.POST.get(name)
+        try:
+            body = request.POST
+        except Exception:  # a body Django cannot parse (too large, malformed): not counted in it
+            body = {}
+        value = body.get(name)
         if value:
             return str(value)
-        if name in request.POST:
+        if name in body:
             return ""  # present and empty in the body: the query string cannot replace it
     return str(request.GET.get(name) or "")
 

@@ -29,7 +29,7 @@ from .compiled import MAX_BLOCK, MAX_LIMIT
 from .conf import conf
 from .networks import parse_networks
 from .patterns import UnsafePattern, check_pattern
-from .rates import MAX_PER, describe
+from .rates import MAX_PER, MAX_WINDOW, UNIT_SECONDS, describe
 from .signals import rules_written
 
 __all__ = [
@@ -392,6 +392,11 @@ class Rule(models.Model):
             parse_networks(self.exempt_networks or "")
         except ValueError as exc:
             error("exempt_networks", str(exc))
+        seconds = UNIT_SECONDS.get(self.unit)
+        if seconds and isinstance(self.per, int) and self.per * seconds > MAX_WINDOW:
+            error(
+                "per", _("A window can last at most %(days)s days.") % {"days": MAX_WINDOW // 86400}
+            )
         if errors:
             raise ValidationError(errors)
 
@@ -438,6 +443,28 @@ def _key_arg_missing(kind: str) -> str | Promise:
 OVERRIDE_KINDS = ("ip", "user", "header", "param", "custom")
 
 
+class OverrideQuerySet(models.QuerySet["Override"]):
+    """Bulk writes validate like save() and announce the change (update() sends no signal)."""
+
+    def update(self, **kwargs: Any) -> int:
+        with transaction.atomic(using=self.db):
+            pks = list(self.values_list("pk", flat=True))
+            count = super().update(**kwargs)
+            for override in Override.objects.using(self.db).filter(pk__in=pks):
+                override.full_clean()
+        if count:
+            _announce_change()
+        return count
+
+    def bulk_create(self, objs: Any, *args: Any, **kwargs: Any) -> list[Override]:
+        objs = list(objs)
+        for obj in objs:
+            obj.full_clean()
+        created = super().bulk_create(objs, *args, **kwargs)
+        _announce_change()
+        return created
+
+
 class Override(models.Model):
     """One client's own limit on a rule, or its exemption from it, loaded with the rules."""
 
@@ -476,9 +503,21 @@ class Override(models.Model):
         what = _("exempt") if self.exempt else _("limit %(n)s") % {"n": self.limit}
         return f"{self.key}: {what}"
 
+    objects = OverrideQuerySet.as_manager()
+
     def save(self, *args: Any, **kwargs: Any) -> None:
         self.full_clean()
         super().save(*args, **kwargs)
+
+    @staticmethod
+    def keyed(key: str) -> str:
+        """The key as identities write it (an ``ip:`` key normalized), else as given."""
+        key = key.strip()
+        if key.startswith("ip:"):
+            address = keyed_address(key[3:])
+            if address is not None:
+                return "ip:" + address
+        return key
 
     def clean(self) -> None:
         self.key = (self.key or "").strip()

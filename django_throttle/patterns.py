@@ -37,6 +37,7 @@ except ImportError:  # pragma: no cover - depends on the install
 
 MAX_MATCHED_PATH = 1024  # characters of a path Python's re looks at, without RE2
 MAX_OPEN_REPEATS = 2
+MAX_VARIABLE_REPEATS = 3  # repeats of any variable count (a?, a{0,5}, a+): each multiplies the ways
 OPEN_ABOVE = 16  # a repeat allowing more than this many is open-ended
 
 _REPEATS = {sre_constants.MAX_REPEAT, sre_constants.MIN_REPEAT}
@@ -72,7 +73,14 @@ def check_pattern(pattern: str) -> None:
     except (re.error, Warning) as exc:
         raise UnsafePattern(f"invalid regular expression: {exc}") from None
     open_repeats: list[int] = []
-    _walk(parsed, open_repeats)
+    variable_repeats: list[int] = []
+    _walk(parsed, open_repeats, variable_repeats)
+    if len(variable_repeats) > MAX_VARIABLE_REPEATS:
+        raise UnsafePattern(
+            f"at most {MAX_VARIABLE_REPEATS} repeats of variable count (?, *, +, {{m,n}}) are "
+            "allowed in a scope (each multiplies the ways a path can be tried); use a path "
+            "prefix or a scope name for this route"
+        )
     if len(open_repeats) > MAX_OPEN_REPEATS:
         raise UnsafePattern(
             f"at most {MAX_OPEN_REPEATS} open-ended repeats (+, *, {{n,}}) are allowed in a "
@@ -81,7 +89,7 @@ def check_pattern(pattern: str) -> None:
         )
 
 
-def _walk(items: Any, open_repeats: list[int]) -> bool:
+def _walk(items: Any, open_repeats: list[int], variable_repeats: list[int]) -> bool:
     """Refuse what cannot be matched safely; return whether ``items`` can match in more than
     one way (a repeat of variable count, or an alternation). Open-ended repeats are
     appended to ``open_repeats``."""
@@ -93,7 +101,9 @@ def _walk(items: Any, open_repeats: list[int]) -> bool:
             low, high, body = av
             if high > OPEN_ABOVE:
                 open_repeats.append(high)
-            body_variable = _walk(body, open_repeats)
+            if low != high:
+                variable_repeats.append(high)
+            body_variable = _walk(body, open_repeats, variable_repeats)
             if high > 1 and body_variable:
                 raise UnsafePattern(
                     "a repeated group whose body can also vary (a nested quantifier such as "
@@ -103,12 +113,12 @@ def _walk(items: Any, open_repeats: list[int]) -> bool:
             variable = variable or low != high or body_variable
         elif op == sre_constants.BRANCH:
             for branch in av[1]:
-                _walk(branch, open_repeats)
+                _walk(branch, open_repeats, variable_repeats)
             variable = True
         elif op == sre_constants.SUBPATTERN:
-            variable = _walk(av[-1], open_repeats) or variable
+            variable = _walk(av[-1], open_repeats, variable_repeats) or variable
         elif op == _ATOMIC:
-            variable = _walk(av, open_repeats) or variable
+            variable = _walk(av, open_repeats, variable_repeats) or variable
     return variable
 
 

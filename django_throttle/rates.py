@@ -25,6 +25,7 @@ _UNIT_ALIASES: dict[str, str] = {
 
 
 MAX_PER = 1_000_000  # units in one window
+MAX_WINDOW = 10 * 366 * 86400  # seconds: ten years
 _WINDOW_RE = re.compile(r"^\s*(\d+)?\s*([a-z]+)\s*$")
 
 
@@ -73,6 +74,8 @@ def parse_rate(text: str) -> Rate:
     if match is None or unit_name is None:
         raise ValueError(f"Rate {text!r} has an unknown unit {window!r}; use s, m, h or d.")
     per = int(match.group(1) or 1)
-    if not 1 <= per <= MAX_PER:
-        raise ValueError(f"Rate {text!r} must count its window from 1 to {MAX_PER} units.")
+    if not 1 <= per <= MAX_PER or per * UNIT_SECONDS[unit_name] > MAX_WINDOW:
+        raise ValueError(
+            f"Rate {text!r}: a window lasts from 1 unit to {MAX_WINDOW // 86400} days."
+        )
     return Rate(limit, unit_name, per)

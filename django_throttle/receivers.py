@@ -6,7 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.signals import setting_changed
+from django.db import models
 from django.db.models.signals import m2m_changed, post_delete, post_save, pre_save
+from django.utils import timezone
 
 from .models import Override, Rule, validate_row
 from .rules import reset_rule_cache, rules_changed
@@ -24,6 +26,21 @@ def raw_rule_saved(instance: Rule, raw: bool, **kwargs: Any) -> None:
         validate_row(instance, validate_unique=False)  # the table's constraint checks that
 
 
+def raw_override_saved(instance: Override, raw: bool, **kwargs: Any) -> None:
+    if raw:
+        instance.full_clean(validate_unique=False)
+
+
+def rule_touched(instance: Any, **kwargs: Any) -> None:
+    """An override or a rule's groups changed: the rule's updated_at moves too, so processes
+    that watch the rule table (no Redis: DatabaseVersion) reload as well."""
+    pk = instance.rule_id if isinstance(instance, Override) else getattr(instance, "pk", None)
+    if isinstance(instance, (Override, Rule)) and pk is not None:
+        # The plain QuerySet.update: a timestamp needs no validation of the row.
+        models.QuerySet.update(Rule.objects.filter(pk=pk), updated_at=timezone.now())
+    rules_changed()
+
+
 def settings_changed(setting: str, **kwargs: Any) -> None:
     if setting in ("DJANGO_THROTTLE", "CACHES"):
         reset_rule_cache()
@@ -34,11 +51,14 @@ def connect() -> None:
     pre_save.connect(raw_rule_saved, sender=Rule, dispatch_uid="django_throttle.rule_loaded")
     post_save.connect(rule_written, sender=Rule, dispatch_uid="django_throttle.rule_saved")
     post_delete.connect(rule_written, sender=Rule, dispatch_uid="django_throttle.rule_deleted")
-    post_save.connect(rule_written, sender=Override, dispatch_uid="django_throttle.override_saved")
-    for through in (Rule.groups.through, Rule.exempt_groups.through):
-        m2m_changed.connect(rule_written, sender=through, dispatch_uid=f"django_throttle.{through}")
-    post_delete.connect(
-        rule_written, sender=Override, dispatch_uid="django_throttle.override_deleted"
+    pre_save.connect(
+        raw_override_saved, sender=Override, dispatch_uid="django_throttle.override_loaded"
     )
+    post_save.connect(rule_touched, sender=Override, dispatch_uid="django_throttle.override_saved")
+    post_delete.connect(
+        rule_touched, sender=Override, dispatch_uid="django_throttle.override_deleted"
+    )
+    for through in (Rule.groups.through, Rule.exempt_groups.through):
+        m2m_changed.connect(rule_touched, sender=through, dispatch_uid=f"django_throttle.{through}")
     rules_written.connect(rule_written, dispatch_uid="django_throttle.rules_written")
     setting_changed.connect(settings_changed, dispatch_uid="django_throttle.setting_changed")

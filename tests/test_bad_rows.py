@@ -135,6 +135,8 @@ def test_loaddata_takes_a_valid_rule(tmp_path: Path) -> None:
         r"^/\d+\d+\d+x$",  # three open-ended repeats: cubic
         r"^/(?=admin)",  # a lookaround: not in RE2
         r"^/(\w)\1$",  # a backreference: not in RE2
+        "^/" + "a?" * 24 + "a" * 24 + "$",  # many optional repeats: exponential on re
+        "^/" + "a{0,16}" * 8 + "b",  # many bounded repeats
     ],
 )
 def test_patterns_that_could_stall_a_worker_are_refused(pattern: str) -> None:

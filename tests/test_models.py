@@ -336,3 +336,15 @@ def test_parse_rate_errors(text, fragment):
     with pytest.raises(ValueError) as info:
         parse_rate(text)
     assert fragment in str(info.value)
+
+
+def test_a_window_longer_than_ten_years_is_refused():
+    from django.core.exceptions import ValidationError
+
+    from django_throttle.rates import parse_rate
+
+    with pytest.raises(ValidationError) as refused:
+        Rule(name="r", scope="/x/", limit=5, per=20_000, unit="day").full_clean()
+    assert "per" in refused.value.message_dict
+    with pytest.raises(ValueError, match="a window lasts"):
+        parse_rate("5/20000d")

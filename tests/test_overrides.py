@@ -77,6 +77,71 @@ def test_an_invalid_override_is_refused(fields: dict[str, Any], field: str) -> N
     assert field in refused.value.message_dict
 
 
+def test_an_override_broken_with_sql_is_skipped_not_its_rule(
+    client: Any, admin_client: Any, caplog: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    from django.db import connection
+
+    api = rule("api", "/api/", 2)
+    with django_capture_on_commit_callbacks(execute=True):
+        bad = Override.objects.create(rule=api, key=f"ip:{PARTNER}", limit=5)
+    with connection.cursor() as cursor:
+        table = connection.ops.quote_name(Override._meta.db_table)
+        cursor.execute(f'UPDATE {table} SET "limit" = 0 WHERE id = %s', [bad.pk])
+    with django_capture_on_commit_callbacks(execute=True):
+        Override.objects.create(rule=api, key="user:1", exempt=True)  # any change reloads
+    assert statuses_from(client, PARTNER, 3) == [200, 200, 429]  # the rule's own limit
+    assert any("override of rule 'api'" in r.getMessage() for r in caplog.records)
+    listing = admin_client.get("/admin/django_throttle/rule/").content.decode()
+    assert "overrides skipped" in listing
+    with pytest.raises(ValidationError):
+        Override.objects.filter(pk=bad.pk).update(limit=0)
+
+
+def test_two_inline_rows_for_one_client_are_a_form_error(admin_client: Any) -> None:
+    api = rule("api", "/api/", 1)
+    data = {
+        "name": "api",
+        "enabled": "on",
+        "scope": "/api/",
+        "methods": "",
+        "key_kind": "ip",
+        "key_arg": "",
+        "limit": "1",
+        "per": "1",
+        "unit": "minute",
+        "algorithm": "sliding_window_counter",
+        "burst": "",
+        "block_seconds": "0",
+        "applies_to": "all",
+        "exempt_networks": "",
+        "action": "reject",
+        "fail_mode": "default",
+        "overrides-TOTAL_FORMS": "2",
+        "overrides-INITIAL_FORMS": "0",
+        "overrides-MIN_NUM_FORMS": "0",
+        "overrides-MAX_NUM_FORMS": "1000",
+        "overrides-0-key": "ip:2001:db8::1",
+        "overrides-0-limit": "5",
+        "overrides-1-key": "ip:2001:db8::2",
+        "overrides-1-limit": "6",
+        "_save": "Save",
+    }
+    response = admin_client.post(f"/admin/django_throttle/rule/{api.pk}/change/", data)
+    assert response.status_code == 200
+    assert "Two overrides are for the client ip:2001:db8::/64." in response.content.decode()
+    assert not Override.objects.exists()
+
+
+def test_without_redis_an_override_change_moves_the_rules_version(settings: Any) -> None:
+    from django_throttle.rules.cache import DatabaseVersion
+
+    api = rule("api", "/api/", 1)
+    before = DatabaseVersion().read()
+    Override.objects.create(rule=api, key="user:7", limit=3)
+    assert DatabaseVersion().read() != before
+
+
 def test_an_ipv6_key_is_stored_as_identities_key_it() -> None:
     api = rule("api", "/api/", 1)
     override = Override.objects.create(rule=api, key="ip:2001:db8::1234", limit=9)

@@ -125,6 +125,20 @@ def test_prune_deletes_the_rules_the_file_does_not_name(tmp_path: Path) -> None:
             {"name": "bad", "scope": "/x/", "limit": 5, "overrides": [{"key": "user:1"}]},
             "override 'user:1'",
         ),
+        ({"name": "bad", "scope": "/x/", "limit": 5, "per": 1.5}, "per: a whole number"),
+        ({"name": "bad", "scope": "/x/", "limit": True}, "limit: a whole number"),
+        ({"name": "bad", "scope": "/x/", "limit": 5, "enabled": "no"}, "enabled: true or false"),
+        ({"name": "bad", "scope": "/x/", "limit": 5, "groups": ["x", 5]}, "list of group names"),
+        (
+            {
+                "name": "bad",
+                "scope": "/x/",
+                "limit": 5,
+                "overrides": [{"key": "u:1", "exempt": "false"}],
+            },
+            "an override is",
+        ),
+        ({"name": "bad", "scope": "/x/", "limit": 5, "per": 20000, "unit": "day"}, "per"),
     ],
 )
 def test_an_invalid_rule_changes_nothing_and_names_the_rule(

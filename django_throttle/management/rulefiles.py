@@ -20,6 +20,7 @@ Rules are matched by name. JSON is the same structure.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,6 +52,8 @@ FIELDS = (
     "enabled",
 )
 RELATED = ("groups", "exempt_groups", "overrides")
+INTEGERS = ("limit", "per", "burst", "block_seconds")
+BOOLEANS = ("exempt_staff", "enabled")
 
 
 class RuleFileError(ValueError):
@@ -69,7 +72,9 @@ def export_rules() -> dict[str, Any]:
         for name in FIELDS:
             value = getattr(rule, name)
             if name == "exempt_networks":
-                value = [str(n) for n in parse_networks(value)]
+                # A row written around validation is exported as it is.
+                with contextlib.suppress(ValueError):
+                    value = [str(n) for n in parse_networks(value)]
             entry[name] = value
         entry["groups"] = sorted(g.name for g in rule.groups.all())
         entry["exempt_groups"] = sorted(g.name for g in rule.exempt_groups.all())
@@ -162,6 +167,7 @@ def _apply(entry: dict[str, Any], name: str, plan: Plan) -> None:
         value = entry[key] if key in entry else _default(key)
         if key == "exempt_networks" and isinstance(value, list):
             value = ", ".join(str(v) for v in value)
+        _check_type(name, key, value)
         setattr(rule, key, value)
     try:
         rule.save()  # full_clean(): validated as the admin does
@@ -182,6 +188,17 @@ def _apply(entry: dict[str, Any], name: str, plan: Plan) -> None:
         (plan.change.append((name, changed)) if changed else plan.unchanged.append(name))
 
 
+def _check_type(rule: str, key: str, value: Any) -> None:
+    """A file's value of the wrong type is refused, never coerced (1.5 is not 1, "no" is not
+    False)."""
+    if key in INTEGERS and value is not None and (type(value) is not int):
+        raise RuleFileError(f"rule {rule!r}: {key}: a whole number, not {value!r}")
+    if key in BOOLEANS and type(value) is not bool:
+        raise RuleFileError(f"rule {rule!r}: {key}: true or false, not {value!r}")
+    if key not in INTEGERS and key not in BOOLEANS and not isinstance(value, str):
+        raise RuleFileError(f"rule {rule!r}: {key}: text, not {value!r}")
+
+
 def _default(name: str) -> Any:
     model_field = Rule._meta.get_field(name)
     assert isinstance(model_field, models.Field)
@@ -199,7 +216,7 @@ def _snapshot(rule: Rule, new: bool) -> dict[str, Any]:
 
 
 def _groups(names: Any, rule: str, field_name: str) -> list[Group]:
-    if not isinstance(names, list):
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise RuleFileError(f"rule {rule!r}: {field_name} must be a list of group names")
     groups = list(Group.objects.filter(name__in=names))
     missing = set(names) - {g.name for g in groups}
@@ -213,9 +230,16 @@ def _overrides(rule: Rule, entries: Any) -> None:
         raise RuleFileError(f"rule {rule.name!r}: overrides must be a list")
     rule.overrides.all().delete()
     for entry in entries:
-        if not isinstance(entry, dict) or set(entry) - {"key", "limit", "exempt"}:
+        if (
+            not isinstance(entry, dict)
+            or set(entry) - {"key", "limit", "exempt"}
+            or not isinstance(entry.get("key"), str)
+            or type(entry.get("exempt", False)) is not bool
+            or (entry.get("limit") is not None and type(entry.get("limit")) is not int)
+        ):
             raise RuleFileError(
-                f"rule {rule.name!r}: an override is {{key, limit}} or {{key, exempt: true}}"
+                f"rule {rule.name!r}: an override is {{key: text, limit: number}} or "
+                "{key: text, exempt: true}"
             )
         try:
             Override.objects.create(

@@ -74,7 +74,14 @@ def load_rules() -> RuleSet:
             overrides = [(o.key, o.limit, o.exempt) for o in rule.overrides.all()]
             groups = [g.pk for g in rule.groups.all()]
             exempt_groups = [g.pk for g in rule.exempt_groups.all()]
-            compiled.append(with_overrides(compile_rule(rule, groups, exempt_groups), overrides))
+            ready, skipped = with_overrides(compile_rule(rule, groups, exempt_groups), overrides)
+            compiled.append(ready)
+            for problem in skipped:
+                logger.error(
+                    "django_throttle: an override of rule %r cannot be used and is skipped (%s)",
+                    rule.name,
+                    problem,
+                )
         except Exception:
             logger.exception(
                 "django_throttle: rule %r cannot be enforced and is skipped", rule.name
@@ -103,6 +110,7 @@ class RuleCache:
         self._seen_version: Any = None
         self._next_check = 0.0
         self._stale = False  # this process changed a rule: reload whatever the version says
+        self._invalidated = False  # ... while a reload was running
         self._failing: str | None = None
         self.bump_pending = False
 
@@ -116,12 +124,16 @@ class RuleCache:
         self._lock.acquire()
         try:
             if self._rules is None or self._clock() >= self._next_check:
+                self._invalidated = False
                 try:
                     self._refresh()
                 finally:
                     # Only now: a thread arriving during the reload must wait for it, not
                     # see a next check in the future and go on with the old rules.
-                    self._next_check = self._clock() + conf.RULES_REFRESH
+                    # ...and a change this process made meanwhile is loaded at the next request.
+                    self._next_check = (
+                        0.0 if self._invalidated else self._clock() + conf.RULES_REFRESH
+                    )
         finally:
             self._lock.release()
         return self._rules if self._rules is not None else RuleSet()
@@ -183,6 +195,7 @@ class RuleCache:
         """Re-read the rules at the next request of this process."""
         self._next_check = 0.0
         self._stale = True
+        self._invalidated = True
 
 
 _cache: RuleCache | None = None
