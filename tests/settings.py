@@ -2,6 +2,7 @@
 
 import os
 import tempfile
+from typing import Any
 
 SECRET_KEY = "tests-only"
 DEBUG = False
@@ -42,6 +43,7 @@ TEMPLATES = [
     },
 ]
 
+DATABASES: dict[str, dict[str, Any]]
 if os.environ.get("THROTTLE_TEST_DB") == "postgres":
     DATABASES = {
         "default": {

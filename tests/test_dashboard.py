@@ -369,3 +369,15 @@ def test_key_page_shows_a_block_and_its_reset_clears_it(admin_client):
     admin_client.post(KEY, {"rule": blocking.pk, "key": f"ip:{CLIENT_IP}"})
     assert "throttle-blocked" not in admin_client.get(url).content.decode()
     assert check(RequestFactory().get("/", REMOTE_ADDR=CLIENT_IP), "blocking").allowed
+
+
+def test_key_page_shows_a_client_s_override(admin_client):
+    from django_throttle.models import Override
+
+    api = rule("api", "api", 2)
+    Override.objects.create(rule=api, key=f"ip:{CLIENT_IP}", limit=7)
+    Override.objects.create(rule=api, key="user:9", exempt=True)
+    (state,) = admin_client.get(f"{KEY}?rule={api.pk}&key=ip:{CLIENT_IP}").context["states"]
+    assert (state.limit, state.remaining) == (7, 7)
+    (exempt,) = admin_client.get(f"{KEY}?rule={api.pk}&key=user:9").context["states"]
+    assert "exempt" in exempt.error

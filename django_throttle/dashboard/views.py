@@ -29,6 +29,7 @@ from django.utils.translation import gettext_lazy as _
 
 from ..choices import ALGORITHMS_WITH_BURST as BUCKETS
 from ..choices import KeyKind
+from ..compiled import with_overrides
 from ..conf import conf
 from ..models import Dashboard, Rule
 from ..recording import REJECT, SHADOW, UNAVAILABLE, is_complete
@@ -284,11 +285,22 @@ def _states(rules: list[Rule], key: str) -> list[KeyState]:
     states, checks = [], []
     for rule in rules:
         state = KeyState(rule, warning=key_mismatch(rule, key))
+        states.append(state)
         try:
-            checks.append((state, Check(compile_rule(rule), key)))
+            compiled = compile_rule(rule)
         except Exception as exc:
             state.error = str(_("This rule cannot be used: %(e)s") % {"e": exc})
-        states.append(state)
+            continue
+        # As the engine applies it to this client: its override, if it has one.
+        overrides = [(o.key, o.limit, o.exempt) for o in rule.overrides.filter(key=key)]
+        compiled = with_overrides(compiled, overrides)[0]
+        if compiled.overrides and key in compiled.overrides:
+            own = compiled.overrides[key]
+            if own is None:
+                state.error = str(_("This client is exempt from the rule (an override)."))
+                continue
+            compiled = own
+        checks.append((state, Check(compiled, key)))
     if checks:
         try:
             results = get_store().decide([check for _, check in checks], dry_run=True)
