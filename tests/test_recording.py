@@ -492,3 +492,18 @@ def test_throttle_status_and_reset_refuse_an_unknown_scope():
     for command in ("throttle_status", "throttle_reset"):
         with pytest.raises(CommandError, match="No rule"):
             call_command(command, "nope", "ip:198.51.100.4")
+
+
+@DB
+def test_throttle_status_applies_a_client_s_override(django_capture_on_commit_callbacks):
+    from django_throttle.models import Override
+
+    login = rule("login", "login", 3)
+    with django_capture_on_commit_callbacks(execute=True):
+        Override.objects.create(rule=login, key="ip:198.51.100.4", limit=9)
+        Override.objects.create(rule=login, key="ip:198.51.100.5", exempt=True)
+    out = io.StringIO()
+    call_command("throttle_status", "login", "ip:198.51.100.4", stdout=out)
+    call_command("throttle_status", "login", "ip:198.51.100.5", stdout=out)
+    assert out.getvalue().splitlines()[0].startswith("login: 9 of 9 remaining")
+    assert out.getvalue().splitlines()[1] == "login: this client is exempt (an override)"

@@ -23,7 +23,17 @@ class Command(BaseCommand):
         rules = scope_rules(get_rules(), scope)
         if not rules:
             raise CommandError(f"No rule of scope {scope!r} is enabled (nor a code default).")
-        results = get_store().decide([Check(rule, key) for rule in rules], dry_run=True)
+        checks = []
+        for rule in rules:
+            # As the engine applies it to this client: its override, if it has one.
+            if rule.overrides is not None and key in rule.overrides:
+                own = rule.overrides[key]
+                if own is None:
+                    self.stdout.write(f"{rule.name}: this client is exempt (an override)")
+                    continue
+                rule = own
+            checks.append(Check(rule, key))
+        results = get_store().decide(checks, dry_run=True) if checks else []
         for result in results:
             reset = datetime.fromtimestamp(result.reset_at, tz=timezone.utc)
             line = (
