@@ -381,3 +381,24 @@ def test_key_page_shows_a_client_s_override(admin_client):
     assert (state.limit, state.remaining) == (7, 7)
     (exempt,) = admin_client.get(f"{KEY}?rule={api.pk}&key=user:9").context["states"]
     assert "exempt" in exempt.error
+
+
+def test_code_default_scopes_are_inspected_and_reset_on_the_key_page(admin_client):
+    requests = [RequestFactory().get("/", REMOTE_ADDR=CLIENT_IP) for _ in range(2)]
+    assert all(check(request, "search").allowed for request in requests)  # @throttle 3/m
+    page = admin_client.get(KEY)
+    assert '<option value="search">search</option>' in page.content.decode()
+    url = f"{KEY}?scope=search&key=ip:{CLIENT_IP}"
+    (state,) = admin_client.get(url).context["states"]
+    assert (state.rule.name, state.remaining, state.limit) == ("search (code default)", 1, 3)
+    assert "3 per minute" in admin_client.get(url).content.decode()
+    response = admin_client.post(KEY, {"scope": "search", "key": f"ip:{CLIENT_IP}"})
+    assert response.status_code == 302
+    (state,) = admin_client.get(url).context["states"]
+    assert state.remaining == 3
+
+
+def test_the_key_page_asks_for_rules_or_a_scope(admin_client):
+    page = admin_client.get(f"{KEY}?key=ip:{CLIENT_IP}")
+    assert page.status_code == 200
+    assert "Choose rules, or a scope with code defaults." in page.content.decode()

@@ -32,8 +32,9 @@ from ..choices import KeyKind
 from ..compiled import with_overrides
 from ..conf import conf
 from ..models import Dashboard, Rule
+from ..rates import describe
 from ..recording import REJECT, SHADOW, UNAVAILABLE, is_complete
-from ..rules import compile_rule
+from ..rules import compile_rule, default_scopes, defaults_of
 from ..store import Check, get_store
 from ..store.errors import STORE_ERRORS
 from .chart import chart_svg, legend
@@ -54,7 +55,13 @@ class KeyForm(forms.Form):
     rule = forms.ModelMultipleChoiceField(
         queryset=Rule.objects.all(),
         label=_("Rules"),
+        required=False,
         widget=forms.SelectMultiple(attrs={"size": 6}),
+    )
+    scope = forms.ChoiceField(
+        label=_("Code defaults of the scope"),
+        required=False,
+        help_text=_("The @throttle(rate=...) defaults of a scope, in force while it has no rule."),
     )
     key = forms.CharField(
         label=_("Client key"),
@@ -64,9 +71,21 @@ class KeyForm(forms.Form):
         widget=forms.TextInput(attrs={"size": 40, "placeholder": "ip:203.0.113.7"}),
     )
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        scopes = default_scopes()
+        self.fields["scope"].choices = [("", "---------")] + [(s, s) for s in scopes]  # type: ignore[attr-defined]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if not data.get("rule") and not data.get("scope"):
+            raise forms.ValidationError(_("Choose rules, or a scope with code defaults."))
+        return data
+
 
 class ResetForm(forms.Form):
-    rule = forms.ModelChoiceField(queryset=Rule.objects.all())
+    rule = forms.ModelChoiceField(queryset=Rule.objects.all(), required=False)
+    scope = forms.CharField(max_length=255, required=False)
     key = forms.CharField(max_length=2000, strip=True)
 
 
@@ -207,6 +226,7 @@ class DashboardAdmin(_DashboardModelAdmin):
         states = []
         if form.is_bound and form.is_valid():
             states = _states(list(form.cleaned_data["rule"]), form.cleaned_data["key"])
+            states += _default_states(form.cleaned_data["scope"], form.cleaned_data["key"])
         context = self._context(
             request,
             _("Inspect a client key"),
@@ -225,6 +245,8 @@ class DashboardAdmin(_DashboardModelAdmin):
             messages.error(request, _("Choose a rule and a key to reset."))
             return HttpResponseRedirect(reverse("admin:django_throttle_dashboard_key"))
         rule, key = form.cleaned_data["rule"], form.cleaned_data["key"]
+        if rule is None:
+            return _reset_defaults(request, form.cleaned_data["scope"], key)
         back = (
             reverse("admin:django_throttle_dashboard_key")
             + "?"
@@ -256,6 +278,33 @@ class DashboardAdmin(_DashboardModelAdmin):
         return HttpResponseRedirect(back)
 
 
+def _reset_defaults(request: HttpRequest, scope: str, key: str) -> HttpResponse:
+    """Reset a key under the code defaults of a scope (no admin rule to log the change on)."""
+    back = (
+        reverse("admin:django_throttle_dashboard_key")
+        + "?"
+        + urlencode({"scope": scope, "key": key})
+    )
+    defaults = defaults_of(scope)
+    if not defaults:
+        messages.error(request, _("Choose a rule and a key to reset."))
+        return HttpResponseRedirect(reverse("admin:django_throttle_dashboard_key"))
+    try:
+        for default in defaults:
+            get_store().reset(default.compile(), key)
+    except STORE_ERRORS as exc:
+        messages.error(
+            request, _("The store is unavailable (%(e)s); nothing was reset.") % {"e": exc}
+        )
+        return HttpResponseRedirect(back)
+    messages.success(
+        request,
+        _("Client key %(key)s reset under the code defaults of %(scope)s.")
+        % {"key": key, "scope": scope},
+    )
+    return HttpResponseRedirect(back)
+
+
 ACTION_LABELS = {
     REJECT: _("rejected (429)"),
     UNAVAILABLE: _("failed closed (503)"),
@@ -264,12 +313,22 @@ ACTION_LABELS = {
 
 
 def _initial(request: HttpRequest) -> dict[str, Any]:
-    return {"rule": request.GET.getlist("rule")}
+    return {"rule": request.GET.getlist("rule"), "scope": request.GET.get("scope", "")}
+
+
+@dataclass(frozen=True)
+class CodeDefault:
+    """A code default shown like a rule on the key page (it has no row)."""
+
+    name: str
+    scope: str
+    rate_description: str
+    pk: None = None
 
 
 @dataclass
 class KeyState:
-    rule: Rule
+    rule: Rule | CodeDefault
     limit: int | None = None
     remaining: int | None = None
     reset_at: datetime | None = None
@@ -316,6 +375,38 @@ def _states(rules: list[Rule], key: str) -> list[KeyState]:
                 state.retry_after = result.retry_after
                 state.allowed = result.allowed
                 state.blocked = result.blocked
+    return states
+
+
+def _default_states(scope: str, key: str) -> list[KeyState]:
+    """The key's state under the code defaults of a scope, in one store call."""
+    defaults = defaults_of(scope) if scope else []
+    if not defaults:
+        return []
+    compiled = [default.compile() for default in defaults]
+    states = [
+        KeyState(
+            CodeDefault(
+                name=f"{scope} (code default)",
+                scope=scope,
+                rate_description=describe(d.rate.limit, d.rate.per, d.rate.unit),
+            )
+        )
+        for d in defaults
+    ]
+    try:
+        results = get_store().decide([Check(rule, key) for rule in compiled], dry_run=True)
+    except STORE_ERRORS as exc:
+        for state in states:
+            state.error = str(_("The store is unavailable (%(e)s).") % {"e": exc})
+        return states
+    for state, rule, result in zip(states, compiled, results, strict=True):
+        state.limit = rule.burst if rule.algorithm in BUCKETS else result.limit
+        state.remaining = result.remaining
+        state.reset_at = as_datetime(int(result.reset_at + 0.999))
+        state.retry_after = result.retry_after
+        state.allowed = result.allowed
+        state.blocked = result.blocked
     return states
 
 

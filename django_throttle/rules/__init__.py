@@ -13,7 +13,7 @@ from .cache import (
     rule_cache,
     rules_changed,
 )
-from .defaults import DefaultRule, ScopeSpec, defaults_of, register
+from .defaults import DefaultRule, ScopeSpec, default_scopes, defaults_of, register
 from .ruleset import RuleSet
 from .selection import request_rules, scope_rules
 
@@ -27,6 +27,7 @@ __all__ = [
     "ScopeSpec",
     "build_rule",
     "compile_rule",
+    "default_scopes",
     "defaults_of",
     "get_rules",
     "load_rules",

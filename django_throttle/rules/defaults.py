@@ -86,6 +86,13 @@ def register(spec: ScopeSpec) -> None:
                 known.append(default)
 
 
+def default_scopes() -> list[str]:
+    """Every scope that has a code default, sorted (for the dashboard)."""
+    if not _views_imported:
+        _import_views()
+    return sorted(scope for scope, defaults in _registry.items() if defaults)
+
+
 def defaults_of(scope: str) -> list[DefaultRule]:
     """The code defaults registered for a scope, in the order their views were decorated."""
     if not _views_imported:
