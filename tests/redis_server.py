@@ -44,8 +44,10 @@ class RedisServer:
         args: Sequence[str] = (),
         config: str | None = None,
         port: int | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.managed = url is None
+        self.env = env  # e.g. tests/clock_shift.py's shifted(): a server with its clock moved
         self.args = list(args)
         self.config = config
         self.process: subprocess.Popen[bytes] | None = None
@@ -96,7 +98,9 @@ class RedisServer:
         if _server_version(self.binary) >= (7, 0):
             args += ["--enable-debug-command", "local"]  # DEBUG SLEEP, for fault tests
         args += self.args
-        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.process = subprocess.Popen(
+            args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.env
+        )
         self.paused = False
         deadline = time.monotonic() + timeout
         probe = self.client(socket_timeout=0.5, socket_connect_timeout=0.5)
