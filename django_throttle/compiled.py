@@ -94,8 +94,7 @@ def build_rule(
     (default: the primary key in base 36). Raises ValueError for values no rule can have,
     however they reached it (a row written with SQL, a code default)."""
     _check_values(algorithm, limit, period, burst, action, fail_mode, key_kind)
-    if not isinstance(block, int) or isinstance(block, bool) or not 0 <= block <= MAX_BLOCK:
-        raise ValueError(f"block must be a whole number of seconds from 0 to {MAX_BLOCK}")
+    _check_whole("block", block, 0, MAX_BLOCK)
     if applies_to not in AppliesTo.values:
         raise ValueError(f"unknown audience {applies_to!r}")
     return CompiledRule(
@@ -162,11 +161,10 @@ def _check_values(
 ) -> None:
     if algorithm not in ALGORITHM_CODES:
         raise ValueError(f"unknown algorithm {algorithm!r}")
-    for name, value in (("limit", limit), ("period", period), ("burst", burst)):
-        if value is None and name == "burst":
-            continue
-        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_LIMIT:
-            raise ValueError(f"{name} must be a whole number from 1 to {MAX_LIMIT}, not {value!r}")
+    _check_whole("limit", limit, 1, MAX_LIMIT)
+    _check_whole("period", period, 1, MAX_LIMIT)
+    if burst is not None:
+        _check_whole("burst", burst, 1, MAX_LIMIT)
     if burst is not None and algorithm not in ALGORITHMS_WITH_BURST and burst != limit:
         raise ValueError(f"only token and leaky buckets have a burst, not {algorithm}")
     if action not in Action.values:
@@ -236,11 +234,16 @@ def compile_rule(
     )
 
 
+def _check_whole(name: str, value: object, low: int, high: int) -> None:
+    """A row written around validation may hold anything: only a whole number in range."""
+    if type(value) is not int or not low <= value <= high:
+        raise ValueError(f"{name} must be a whole number from {low} to {high}, not {value!r}")
+
+
 def _period(per: int, unit: str) -> int:
     if unit not in Unit.values:
         raise ValueError(f"unknown unit {unit!r}")
-    if not isinstance(per, int) or isinstance(per, bool) or not 1 <= per <= MAX_PER:
-        raise ValueError(f"per must be a whole number from 1 to {MAX_PER}, not {per!r}")
+    _check_whole("per", per, 1, MAX_PER)
     if per * UNIT_SECONDS[unit] > MAX_WINDOW:
         raise ValueError(f"a window can last at most {MAX_WINDOW // 86400} days")
     return per * UNIT_SECONDS[unit]

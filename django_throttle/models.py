@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Any
+from typing import Any, TypeVar
 
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
@@ -48,29 +48,36 @@ __all__ = [
 _METHOD_RE = re.compile(r"^[A-Z]+$")
 _HEADER_RE = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")  # an RFC 9110 token
 _SCOPE_NAME_RE = re.compile(r"^[^\s/^*][^\s]*$")
+_M = TypeVar("_M", bound=models.Model)
 
 
-class RuleQuerySet(models.QuerySet["Rule"]):
-    """Bulk writes skip model signals, so they announce the change themselves, and they
-    validate like save(): an update that would leave an enabled rule invalid is rolled back
-    with a ValidationError (disabling a broken rule is always allowed)."""
+class ValidatedQuerySet(models.QuerySet[_M]):
+    """Bulk writes skip model signals and save(), so they validate like save() and announce
+    the change themselves. An update is validated after the write (F() expressions are
+    checked by their result) and rolled back with a ValidationError."""
+
+    def validate(self, obj: _M) -> None:
+        obj.full_clean()
+
+    def to_validate(self, written: models.QuerySet[_M]) -> models.QuerySet[_M]:
+        """The rows an update wrote that must still be valid."""
+        return written
 
     def update(self, **kwargs: Any) -> int:
-        kwargs.setdefault("updated_at", timezone.now())
         with transaction.atomic(using=self.db):
             pks = list(self.values_list("pk", flat=True))
             count = super().update(**kwargs)
-            # Validated after the write, so F() expressions are checked by their result.
-            for rule in Rule.objects.using(self.db).filter(pk__in=pks, enabled=True):
-                validate_row(rule)
+            written = self.model._default_manager.using(self.db).filter(pk__in=pks)
+            for obj in self.to_validate(written):
+                self.validate(obj)
         if count:
             _announce_change()
         return count
 
-    def bulk_create(self, objs: Any, *args: Any, **kwargs: Any) -> list[Rule]:
+    def bulk_create(self, objs: Any, *args: Any, **kwargs: Any) -> list[_M]:
         objs = list(objs)
         for obj in objs:
-            obj.full_clean()
+            self.validate(obj)
         created = super().bulk_create(objs, *args, **kwargs)
         _announce_change()
         return created
@@ -78,10 +85,24 @@ class RuleQuerySet(models.QuerySet["Rule"]):
     def bulk_update(self, objs: Any, fields: Any, *args: Any, **kwargs: Any) -> int:
         objs = list(objs)
         for obj in objs:
-            obj.full_clean()
+            self.validate(obj)
         count = super().bulk_update(objs, fields, *args, **kwargs)
         _announce_change()
         return count
+
+
+class RuleQuerySet(ValidatedQuerySet["Rule"]):
+    """Only enabled rules must stay valid: disabling a broken rule is always allowed."""
+
+    def validate(self, obj: Rule) -> None:
+        validate_row(obj)
+
+    def to_validate(self, written: models.QuerySet[Rule]) -> models.QuerySet[Rule]:
+        return written.filter(enabled=True)
+
+    def update(self, **kwargs: Any) -> int:
+        kwargs.setdefault("updated_at", timezone.now())
+        return super().update(**kwargs)
 
 
 def _announce_change() -> None:
@@ -443,26 +464,8 @@ def _key_arg_missing(kind: str) -> str | Promise:
 OVERRIDE_KINDS = ("ip", "user", "header", "param", "custom")
 
 
-class OverrideQuerySet(models.QuerySet["Override"]):
-    """Bulk writes validate like save() and announce the change (update() sends no signal)."""
-
-    def update(self, **kwargs: Any) -> int:
-        with transaction.atomic(using=self.db):
-            pks = list(self.values_list("pk", flat=True))
-            count = super().update(**kwargs)
-            for override in Override.objects.using(self.db).filter(pk__in=pks):
-                override.full_clean()
-        if count:
-            _announce_change()
-        return count
-
-    def bulk_create(self, objs: Any, *args: Any, **kwargs: Any) -> list[Override]:
-        objs = list(objs)
-        for obj in objs:
-            obj.full_clean()
-        created = super().bulk_create(objs, *args, **kwargs)
-        _announce_change()
-        return created
+class OverrideQuerySet(ValidatedQuerySet["Override"]):
+    pass
 
 
 class Override(models.Model):
