@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import urlparse
 
@@ -10,7 +10,15 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.utils.module_loading import import_string
 
-from .conf import E_EXEMPT_NETWORKS, REDIS_CACHE_PREFIX, SETTING_NAME, Settings, conf
+from .calendar_windows import time_zone
+from .conf import (
+    E_EXEMPT_NETWORKS,
+    E_TIME_ZONE,
+    REDIS_CACHE_PREFIX,
+    SETTING_NAME,
+    Settings,
+    conf,
+)
 from .networks import parse_networks
 
 MIDDLEWARE_PATH = "django_throttle.middleware.ThrottleMiddleware"
@@ -59,17 +67,23 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
         errors.extend(_check_store())
     if "KEY_FUNCTIONS" not in bad:
         errors.extend(_check_key_functions(conf.KEY_FUNCTIONS))
-    if "EXEMPT_NETWORKS" not in bad:
+    # Settings a parser validates: (name, parser, hint, check id).
+    parsed: list[tuple[str, Callable[[Any], object], str, str]] = [
+        (
+            "EXEMPT_NETWORKS",
+            parse_networks,
+            'Give CIDRs, e.g. ["10.0.0.0/8", "2001:db8::/32"].',
+            E_EXEMPT_NETWORKS,
+        ),
+        ("TIME_ZONE", time_zone, Settings.TIME_ZONE.hint, E_TIME_ZONE),
+    ]
+    for name, parse, hint, error_id in parsed:
+        if name in bad:
+            continue
         try:
-            parse_networks(conf.EXEMPT_NETWORKS)
+            parse(getattr(conf, name))
         except ValueError as exc:
-            errors.append(
-                Error(
-                    f"{SETTING_NAME}['EXEMPT_NETWORKS']: {exc}.",
-                    hint='Give CIDRs, e.g. ["10.0.0.0/8", "2001:db8::/32"].',
-                    id=E_EXEMPT_NETWORKS,
-                )
-            )
+            errors.append(Error(f"{SETTING_NAME}[{name!r}]: {exc}.", hint=hint, id=error_id))
     if "CLUSTER_URL" not in bad and conf.CLUSTER_URL is not None:
         errors.extend(_check_cluster_url(conf.CLUSTER_URL))
     if "KEY_PREFIX" not in bad and ("{" in conf.KEY_PREFIX or "}" in conf.KEY_PREFIX):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
-from .rates import DAY, HOUR, MINUTE, SECOND
+from .rates import DAY, HOUR, MINUTE, MONTH, SECOND, WEEK
 
 
 class Unit(models.TextChoices):
@@ -13,6 +13,8 @@ class Unit(models.TextChoices):
     MINUTE = MINUTE, _("minute")
     HOUR = HOUR, _("hour")
     DAY = DAY, _("day")
+    WEEK = WEEK, _("calendar week, from Monday 00:00")
+    MONTH = MONTH, _("calendar month, from the 1st 00:00")
 
 
 class AppliesTo(models.TextChoices):

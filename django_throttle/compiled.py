@@ -8,12 +8,13 @@ from typing import Any, Protocol
 
 from django.utils.module_loading import import_string
 
+from .calendar_windows import CalendarWindows
 from .choices import ALGORITHMS_WITH_BURST, Action, Algorithm, AppliesTo, FailMode, KeyKind, Unit
 from .conf import conf
 from .keyspace import ALGORITHM_CODES, base36, state_prefix
 from .networks import Network, parse_networks
 from .patterns import Matcher, compile_scope
-from .rates import MAX_PER, MAX_WINDOW, UNIT_SECONDS
+from .rates import CALENDAR_UNITS, MAX_PER, MAX_WINDOW, UNIT_SECONDS
 
 MAX_LIMIT = 1_000_000_000
 MAX_BLOCK = 366 * 86400  # a year
@@ -33,7 +34,7 @@ class CompiledRule:
     key_arg: str
     key_function: KeyFunction | None
     limit: int
-    period: int  # seconds
+    period: int  # seconds (of a calendar window: its nominal length)
     algorithm: str
     burst: int
     action: str
@@ -42,6 +43,7 @@ class CompiledRule:
     header_meta_key: str = ""  # request.META name of the header a 'header' rule keys on
     match: Matcher | None = None  # a regular-expression scope's matcher (patterns.py)
     block: int = 0  # seconds a rejection blocks the client for
+    calendar: CalendarWindows | None = None  # a week or month window's starts, in TIME_ZONE
     # Who the rule counts (audience.py); all of it is known once the rules are loaded.
     audience: str = AppliesTo.ALL  # the row's applies_to
     groups: frozenset[int] = frozenset()
@@ -89,12 +91,15 @@ def build_rule(
     exempt_staff: bool = False,
     exempt_groups: frozenset[int] = frozenset(),
     exempt_networks: tuple[Network, ...] = (),
+    calendar: CalendarWindows | None = None,
 ) -> CompiledRule:
     """The one constructor of compiled rules; ``rule_key`` names the state in the store
     (default: the primary key in base 36). Raises ValueError for values no rule can have,
     however they reached it (a row written with SQL, a code default)."""
     _check_values(algorithm, limit, period, burst, action, fail_mode, key_kind)
     _check_whole("block", block, 0, MAX_BLOCK)
+    if calendar is not None and algorithm != Algorithm.FIXED_WINDOW:
+        raise ValueError("week and month windows are counted by the fixed window only")
     if applies_to not in AppliesTo.values:
         raise ValueError(f"unknown audience {applies_to!r}")
     return CompiledRule(
@@ -120,6 +125,7 @@ def build_rule(
         exempt_staff=exempt_staff,
         exempt_groups=exempt_groups,
         exempt_networks=exempt_networks,
+        calendar=calendar,
     )
 
 
@@ -231,6 +237,7 @@ def compile_rule(
         exempt_staff=rule.exempt_staff,
         exempt_groups=frozenset(exempt_groups),
         exempt_networks=parse_networks(rule.exempt_networks),
+        calendar=calendar_of(rule.per, rule.unit),
     )
 
 
@@ -247,6 +254,11 @@ def _period(per: int, unit: str) -> int:
     if per * UNIT_SECONDS[unit] > MAX_WINDOW:
         raise ValueError(f"a window can last at most {MAX_WINDOW // 86400} days")
     return per * UNIT_SECONDS[unit]
+
+
+def calendar_of(per: int, unit: str) -> CalendarWindows | None:
+    """The calendar windows of a week or month rule in TIME_ZONE, None for other units."""
+    return CalendarWindows(unit, per, conf.TIME_ZONE) if unit in CALENDAR_UNITS else None
 
 
 def header_meta_key(header: str) -> str:

@@ -26,6 +26,7 @@ E_TRUSTED_PROXIES = "django_throttle.E006"
 E_IPV6_PREFIX = "django_throttle.E008"
 E_OUT_OF_RANGE = "django_throttle.E009"
 E_EXEMPT_NETWORKS = "django_throttle.E013"
+E_TIME_ZONE = "django_throttle.E014"
 
 
 @dataclass(frozen=True)
@@ -168,6 +169,13 @@ class Settings:
         error_id=E_EXEMPT_NETWORKS,
         type_error_id=E_EXEMPT_NETWORKS,
         hint='CIDRs never counted by any rule, e.g. ["10.0.0.0/8", "2001:db8::/32"].',
+    )
+    TIME_ZONE = Setting[str](
+        "UTC",
+        (str,),
+        error_id=E_TIME_ZONE,
+        type_error_id=E_TIME_ZONE,
+        hint="The IANA name of the zone where weeks and months start, e.g. 'Europe/Berlin'.",
     )
     CLUSTER_URL = Setting["str | None"](
         None,

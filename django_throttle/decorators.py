@@ -21,16 +21,26 @@ def throttle(
     *,
     rate: str | None = None,
     key: str = KeyKind.IP,
-    algorithm: str = Algorithm.SLIDING_WINDOW_COUNTER,
+    algorithm: str | None = None,
     burst: int | None = None,
     cost: int | Callable[[Any], int] = 1,
 ) -> Callable[[V], V]:
     """Throttle a view by the admin rules of ``scope``; ``rate=`` is a code default used while
-    the admin has no enabled rule for the scope."""
+    the admin has no enabled rule for the scope. Its algorithm is, unless given, the sliding
+    window counter, or for a rate per week or month the fixed window (calendar windows)."""
     if not scope or not isinstance(scope, str) or scope[0] in "*/^" or " " in scope:
         raise ValueError(f"@throttle scope {scope!r} must be a name such as 'login'.")
     if key not in CODE_KEY_KINDS:
         raise ValueError(f"@throttle key {key!r} must be one of {', '.join(CODE_KEY_KINDS)}.")
+    parsed = parse_rate(rate) if rate is not None else None
+    calendar = parsed is not None and parsed.calendar
+    if algorithm is None:
+        algorithm = Algorithm.FIXED_WINDOW if calendar else Algorithm.SLIDING_WINDOW_COUNTER
+    elif calendar and algorithm != Algorithm.FIXED_WINDOW:
+        raise ValueError(
+            f"@throttle rate {rate!r} is per calendar week or month: only algorithm "
+            "fixed_window counts those."
+        )
     if algorithm not in Algorithm.values:
         raise ValueError(
             f"@throttle algorithm {algorithm!r} must be one of {', '.join(Algorithm.values)}."
@@ -39,9 +49,7 @@ def throttle(
         raise ValueError("@throttle burst= needs algorithm token_bucket or leaky_bucket.")
     if not callable(cost) and (not isinstance(cost, int) or cost < 1):
         raise ValueError("@throttle cost= must be a positive int or a function of the request.")
-    default = (
-        DefaultRule(scope, parse_rate(rate), key, algorithm, burst) if rate is not None else None
-    )
+    default = DefaultRule(scope, parsed, key, algorithm, burst) if parsed is not None else None
     spec = ScopeSpec(scope, default, cost)
     register(spec)
 

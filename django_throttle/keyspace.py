@@ -21,6 +21,7 @@ ALGORITHM_CODES: dict[str, str] = {
     Algorithm.LEAKY_BUCKET: "b",
 }
 
+CALENDAR_CODE = "k"  # decide.lua's code of a fixed window of weeks or months (state: "f")
 BLOCK_SUFFIX = ":b"  # a rule's block of a client: its state key + this (same hash tag, same slot)
 DIGEST_BYTES = 9  # 72 bits: 12 characters of base64, collision-free for any realistic client count
 

@@ -29,7 +29,7 @@ from .compiled import MAX_BLOCK, MAX_LIMIT
 from .conf import conf
 from .networks import parse_networks
 from .patterns import UnsafePattern, check_pattern
-from .rates import MAX_PER, MAX_WINDOW, UNIT_SECONDS, describe
+from .rates import CALENDAR_UNITS, MAX_PER, MAX_WINDOW, MONTH, UNIT_SECONDS, describe
 from .signals import rules_written
 
 __all__ = [
@@ -297,6 +297,9 @@ class Rule(models.Model):
         requests = "request" if self.limit == 1 else "requests"
         window = self.unit if self.per == 1 else f"{self.per} {self.unit}s"
         text = f"at most {self.limit} {requests} per {window} {self.key_phrase}"
+        if self.unit in CALENDAR_UNITS:
+            starts = "the 1st of a month" if self.unit == MONTH else "Monday"
+            text += f" (counted from {starts}, 00:00 {conf.TIME_ZONE})"
         if self.block_seconds:
             text += f", then blocked for {duration(self.block_seconds)}"
         notes = []
@@ -409,6 +412,14 @@ class Rule(models.Model):
             )
         if self.action == Action.DELAY and self.algorithm != Algorithm.LEAKY_BUCKET:
             error("action", _("Delay works with the leaky bucket algorithm only."))
+        if self.unit in CALENDAR_UNITS and self.algorithm != Algorithm.FIXED_WINDOW:
+            error(
+                "algorithm",
+                _(
+                    "Weeks and months are calendar windows, counted by the fixed window "
+                    "algorithm only."
+                ),
+            )
         try:
             parse_networks(self.exempt_networks or "")
         except ValueError as exc:

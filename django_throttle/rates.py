@@ -5,9 +5,20 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-SECOND, MINUTE, HOUR, DAY = "second", "minute", "hour", "day"
+SECOND, MINUTE, HOUR, DAY, WEEK, MONTH = "second", "minute", "hour", "day", "week", "month"
 
-UNIT_SECONDS: dict[str, int] = {SECOND: 1, MINUTE: 60, HOUR: 3600, DAY: 86400}
+# A week or a month is a calendar window (calendar_windows.py): its length in seconds varies
+# with daylight saving and the month; the figure here is its nominal length (a month: the
+# mean Gregorian month), for the window's size in headers and range checks.
+UNIT_SECONDS: dict[str, int] = {
+    SECOND: 1,
+    MINUTE: 60,
+    HOUR: 3600,
+    DAY: 86400,
+    WEEK: 7 * 86400,
+    MONTH: 2_629_746,
+}
+CALENDAR_UNITS = frozenset({WEEK, MONTH})
 
 # Accepted spellings of a unit in a rate string, shortest first.
 _UNIT_ALIASES: dict[str, str] = {
@@ -21,6 +32,10 @@ _UNIT_ALIASES: dict[str, str] = {
     "hour": HOUR,
     "d": DAY,
     "day": DAY,
+    "w": WEEK,
+    "week": WEEK,
+    "mo": MONTH,
+    "month": MONTH,
 }
 
 
@@ -33,6 +48,11 @@ class Rate(NamedTuple):
     limit: int
     unit: str
     per: int = 1  # the window is ``per`` units long: 100 per 15 minutes
+
+    @property
+    def calendar(self) -> bool:
+        """Whether the window is a calendar week or month (fixed window only)."""
+        return self.unit in CALENDAR_UNITS
 
     @property
     def period(self) -> int:
@@ -51,13 +71,14 @@ def describe(limit: int, per: int, unit: str) -> str:
 
 
 def parse_rate(text: str) -> Rate:
-    """Parse ``"30/m"``, ``"30/minute"``, ``"100/15m"`` or ``"1000/6 hours"`` into a Rate; raise
+    """Parse ``"30/m"``, ``"30/minute"``, ``"100/15m"``, ``"1000/6 hours"`` or ``"10000/month"``
+    into a Rate; raise
     ValueError with a clear message."""
     count, sep, window = str(text).strip().partition("/")
     if not sep:
         raise ValueError(
             f"Rate {text!r} must look like '30/m' or '100/15m': a number, '/', an optional "
-            "count and s, m, h or d."
+            "count and s, m, h, d, w or mo."
         )
     try:
         limit = int(count)
@@ -72,7 +93,7 @@ def parse_rate(text: str) -> Rate:
         plural = len(word) > 3 and word.endswith("s")  # "hours", "mins"; never "ms"
         unit_name = _UNIT_ALIASES.get(word) or (_UNIT_ALIASES.get(word[:-1]) if plural else None)
     if match is None or unit_name is None:
-        raise ValueError(f"Rate {text!r} has an unknown unit {window!r}; use s, m, h or d.")
+        raise ValueError(f"Rate {text!r} has an unknown unit {window!r}; use s, m, h, d, w or mo.")
     per = int(match.group(1) or 1)
     if not 1 <= per <= MAX_PER or per * UNIT_SECONDS[unit_name] > MAX_WINDOW:
         raise ValueError(

@@ -10,11 +10,13 @@ open is closed at interpreter exit.
 from __future__ import annotations
 
 import atexit
+import os
 import random
 import secrets
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -144,17 +146,8 @@ def _start_together(servers: list[RedisServer]) -> None:
 # -- a TCP proxy --------------------------------------------------------------------------
 
 
-class _Link:
-    """One proxied connection: the client's socket and the one to the target."""
-
-    def __init__(self, downstream: socket.socket, upstream: socket.socket) -> None:
-        self.sockets = (downstream, upstream)
-
-    def close(self) -> None:
-        for sock in self.sockets:
-            with suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)  # wakes the pump threads blocked in recv
-            sock.close()
+# The proxy's own process: its pumping must not wait for the GIL of the process under test.
+_PROXY_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tcp_proxy.py")
 
 
 class TcpProxy:
@@ -163,51 +156,53 @@ class TcpProxy:
     A managed Redis fails over by promoting a replica and moving a DNS name: new connections
     reach the new primary, connections already open stay on the old node, which has become a
     read-only replica. ``switch`` does the same: only new connections go to the new target.
+
+    The proxying runs in a child process (tests/tcp_proxy.py); each method waits for its answer.
     """
 
     def __init__(self, target_port: int) -> None:
         self.target_port = target_port
-        self._listener = socket.create_server((HOST, 0))
-        self.port: int = self._listener.getsockname()[1]
-        self.url = f"redis://{HOST}:{self.port}/0"
         self._lock = threading.Lock()
-        self._links: set[_Link] = set()
-        self._threads: list[threading.Thread] = []
         self._closed = False
+        self._process = subprocess.Popen(
+            [sys.executable, "-I", _PROXY_SCRIPT, HOST, str(target_port)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         _open.add(self)
-        self._accepter = threading.Thread(target=self._accept, name="tcp-proxy", daemon=True)
-        self._accepter.start()
+        try:
+            self.port: int = int(self._read())  # the child binds it: no other process can
+        except BaseException:
+            self.close()
+            raise
+        self.url = f"redis://{HOST}:{self.port}/0"
 
     @property
     def connections(self) -> int:
         """How many proxied connections are open."""
-        with self._lock:
-            return len(self._links)
+        return int(self._ask("count"))
 
     def switch(self, target_port: int) -> None:
         """New connections go to ``target_port``; open ones stay where they are."""
-        with self._lock:
-            self.target_port = target_port
+        self._ask(f"switch {target_port}")
+        self.target_port = target_port
 
     def drop_all(self) -> None:
         """Close every proxied connection, both sides (as a network cut or a restart would)."""
-        with self._lock:
-            links, self._links = list(self._links), set()
-        for link in links:
-            link.close()
+        self._ask("drop")
 
     def close(self) -> None:
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-        with suppress(OSError):
-            self._listener.shutdown(socket.SHUT_RDWR)  # wakes accept()
-        self._listener.close()
-        self._accepter.join(timeout=5)
-        self.drop_all()
-        for thread in self._threads:
-            thread.join(timeout=5)
+        self._process.kill()  # the kernel closes its sockets
+        self._process.wait()
+        for pipe in (self._process.stdin, self._process.stdout):
+            if pipe is not None:
+                with suppress(OSError):
+                    pipe.close()
         _open.discard(self)
 
     def __enter__(self) -> TcpProxy:
@@ -216,47 +211,28 @@ class TcpProxy:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                downstream, _ = self._listener.accept()
-            except OSError:
-                return  # the listener was closed
-            with self._lock:
-                target = self.target_port
-            try:
-                upstream = socket.create_connection((HOST, target), timeout=2)
-            except OSError:
-                downstream.close()  # the client sees the connection closed, like a dead node
-                continue
-            upstream.settimeout(None)
-            for sock in (downstream, upstream):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            link = _Link(downstream, upstream)
-            with self._lock:
-                if self._closed:
-                    link.close()
-                    return
-                self._links.add(link)
-                self._threads = [thread for thread in self._threads if thread.is_alive()]
-                for source, sink in ((downstream, upstream), (upstream, downstream)):
-                    thread = threading.Thread(
-                        target=self._pump, args=(link, source, sink), daemon=True
-                    )
-                    thread.start()
-                    self._threads.append(thread)
-
-    def _pump(self, link: _Link, source: socket.socket, sink: socket.socket) -> None:
-        try:
-            while data := source.recv(65536):
-                sink.sendall(data)
-        except OSError:
-            pass
+    def _ask(self, command: str) -> str:
         with self._lock:
-            mine = link in self._links
-            self._links.discard(link)
-        if mine:  # the other direction, drop_all or close has not closed it already
-            link.close()
+            if self._closed:
+                raise RuntimeError("the proxy is closed")
+            assert self._process.stdin is not None
+            try:
+                self._process.stdin.write(command + "\n")
+                self._process.stdin.flush()
+            except OSError as error:
+                raise RuntimeError(f"the proxy process is gone: {error!r}") from error
+            answer = self._read()
+        if answer != "ok" and not answer.isdigit():
+            raise RuntimeError(f"the proxy process answered {command!r} with {answer!r}")
+        return answer
+
+    def _read(self) -> str:
+        assert self._process.stdout is not None
+        line = self._process.stdout.readline()
+        if not line:
+            code = self._process.poll()
+            raise RuntimeError(f"the proxy process exited (exit code {code})")
+        return line.strip()
 
 
 # -- a primary and its replica ------------------------------------------------------------
@@ -618,7 +594,13 @@ class ClusterHarness:
     master is replaced in a few seconds; ``kill_master`` waits for that and times it.
     """
 
-    def __init__(self, node_timeout_ms: int = 1000, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        node_timeout_ms: int = 1000,
+        timeout: float = 30.0,
+        env: dict[str, str] | None = None,  # every node's, e.g. tests/clock_shift.py's shifted()
+    ) -> None:
+        self.env = env
         self.nodes: list[RedisServer] = []
         self.last_failover_seconds: float | None = None
         self.node_timeout_ms = node_timeout_ms
@@ -659,6 +641,7 @@ class ClusterHarness:
                     "--cluster-node-timeout", str(self.node_timeout_ms),
                     "--cluster-replica-validity-factor", "0",
                 ],
+                env=self.env,
             )  # fmt: skip
             try:
                 node.start()

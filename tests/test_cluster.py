@@ -11,16 +11,23 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import closing
+from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 import redis
 from redis.cluster import RedisCluster
 
+from django_throttle.calendar_windows import CalendarWindows
+from django_throttle.compiled import build_rule
 from django_throttle.keyspace import client_tag
+from django_throttle.rates import UNIT_SECONDS
 from django_throttle.store import Check, ClusterStore, state_key
 from django_throttle.store.cluster import AsyncClusterStore, group_by_slot, slot_of_tag
 from django_throttle.store.fallback import StoreUnavailable, breaker, decide_guarded
+from django_throttle.store.redis import DECIDE_SOURCE
+from tests.clock_shift import shifted
 from tests.engine_helpers import ALGORITHMS, make_rule, race_cluster, start_racer
 from tests.helpers import run
 from tests.redis_topology import ClusterHarness
@@ -197,6 +204,83 @@ def test_a_request_rejected_in_one_slot_consumes_nothing_in_another(
     assert store.client.pttl(key) > 0
     if algorithm == "sliding_window_log":
         assert store.client.zcard(key) == 1
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_a_calendar_quota_is_counted_and_refunded_across_slots(
+    cluster: ClusterHarness, store: ClusterStore, asynchronous: bool
+) -> None:
+    """A monthly quota (in Berlin) on one master, a tight rule on another: the quota counts the
+    admitted request only, and says when the month ends."""
+    user, address = on_other_masters(cluster, 2, "quota")
+    windows = CalendarWindows("month", 1, "Europe/Berlin")
+    monthly = build_rule(
+        id=1,
+        name="monthly",
+        algorithm="fixed_window",
+        limit=100,
+        period=UNIT_SECONDS["month"],
+        calendar=windows,
+    )
+    tight = make_rule("fixed_window", 1, rule_id=2)
+    checks = [Check(monthly, user), Check(tight, address)]
+
+    async def decide_async() -> list[list[Any]]:
+        async_store = AsyncClusterStore.from_url(cluster.url)
+        try:
+            return [await async_store.decide(checks) for _ in range(3)]
+        finally:
+            await async_store.aclose()
+
+    decisions = run(decide_async) if asynchronous else [store.decide(checks) for _ in range(3)]
+    assert [[r.allowed for r in d] for d in decisions] == [[True, True]] + [[True, False]] * 2
+    assert [d[0].remaining for d in decisions] == [99, 99, 99]
+    month_ends = windows.window(time.time())[1]
+    assert decisions[-1][0].reset_at == pytest.approx(month_ends, abs=1e-6)
+    assert store.decide([Check(monthly, user)], dry_run=True)[0].remaining == 99
+
+
+def test_calendar_quotas_on_a_cluster_whose_clock_is_months_away() -> None:
+    """Every node's clock reads July 2027 in Berlin: each slot group of the first decision
+    finds the windows sent wrong, decides nothing, and is sent again with windows around the
+    server's time (sync, then async: each store learns the clock once)."""
+    moment = datetime(2027, 7, 15, 12, tzinfo=ZoneInfo("Europe/Berlin")).timestamp()
+    month_ends = datetime(2027, 8, 1, tzinfo=ZoneInfo("Europe/Berlin")).timestamp()
+    windows = CalendarWindows("month", 1, "Europe/Berlin")
+    monthly = build_rule(
+        id=1,
+        name="monthly",
+        algorithm="fixed_window",
+        limit=10,
+        period=UNIT_SECONDS["month"],
+        calendar=windows,
+    )
+    with ClusterHarness(env=shifted(moment - time.time())) as shifted_cluster:
+        clients = on_other_masters(shifted_cluster, 2, "far")
+        checks = [Check(monthly, who) for who in clients]
+        masters = [shifted_cluster.node_for_slot(slot_of_tag(client_tag(c))) for c in clients]
+        for port in masters:
+            with closing(redis.Redis(port=port)) as node:
+                node.script_load(DECIDE_SOURCE)  # a first EVALSHA would get NOSCRIPT
+        made = ClusterStore(RedisCluster.from_url(shifted_cluster.url))
+
+        async def decide_async() -> list[list[Any]]:
+            async_store = AsyncClusterStore.from_url(shifted_cluster.url)
+            try:
+                return [await async_store.decide(checks) for _ in range(2)]
+            finally:
+                await async_store.aclose()
+
+        try:
+            calls = [evalsha_calls(port) for port in masters]
+            decisions = [made.decide(checks) for _ in range(2)]
+            assert [evalsha_calls(p) - c for p, c in zip(masters, calls, strict=True)] == [3, 3]
+            decisions += run(decide_async)
+            assert [evalsha_calls(p) - c for p, c in zip(masters, calls, strict=True)] == [6, 6]
+        finally:
+            made.close()
+    assert [[r.remaining for r in d] for d in decisions] == [[9, 9], [8, 8], [7, 7], [6, 6]]
+    assert {r.reset_at for d in decisions for r in d} == {month_ends}
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)

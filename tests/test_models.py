@@ -328,7 +328,7 @@ def test_parse_rate(text, rate, period):
         ("1.5/m", "must start with a whole number"),
         ("0/m", "must allow at least one request"),
         ("-3/s", "must allow at least one request"),
-        ("30/w", "unknown unit 'w'"),
+        ("30/y", "unknown unit 'y'"),
         ("30/", "unknown unit"),
     ],
 )

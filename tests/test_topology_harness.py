@@ -4,6 +4,8 @@ the proxy, a switchover, a Sentinel failover and a cluster losing a master."""
 from __future__ import annotations
 
 import os
+import socket
+import time
 from collections.abc import Iterator
 from contextlib import closing
 
@@ -92,6 +94,55 @@ def test_proxy_to_a_dead_target_closes_the_connection(two_servers):
             client.ping()
         proxy.switch(two_servers[0].port)
         assert client.ping()  # reconnects, to the new target
+
+
+def test_proxy_holds_what_a_slow_reader_has_not_taken_yet(two_servers):
+    value = os.urandom(8 * 1024 * 1024)  # more than the socket buffers hold
+    expected = b"$%d\r\n" % len(value) + value + b"\r\n"
+    with TcpProxy(two_servers[0].port) as proxy, closing(connect(proxy.port)) as client:
+        assert client.set("large", value)
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=5) as raw:
+            raw.sendall(b"GET large\r\n")
+            time.sleep(0.3)  # the reply fills the buffers; the proxy waits for room
+            reply = bytearray()
+            while len(reply) < len(expected):
+                chunk = raw.recv(1024 * 1024)
+                assert chunk, len(reply)
+                reply += chunk
+        assert reply == expected
+        client.delete("large")
+
+
+def test_proxy_closes_the_client_when_the_server_closes(two_servers):
+    first = two_servers[0]
+    with TcpProxy(first.port) as proxy, closing(connect(proxy.port)) as client:
+        client_id = client.client_id()
+        assert proxy.connections == 1
+        with closing(connect(first.port)) as admin:
+            admin.client_kill_filter(_id=client_id)
+        redis_topology._wait(lambda: proxy.connections == 0, 5, "the proxy closing the link")
+        # redis-py finds its idle connection closed and opens a new one.
+        assert client.client_id() != client_id
+        assert proxy.connections == 1
+
+
+def test_proxy_process_ends_with_close_or_with_its_parent(two_servers):
+    proxy = TcpProxy(two_servers[0].port)
+    process = proxy._process
+    assert proxy in redis_topology._open and process.poll() is None
+    proxy.close()
+    proxy.close()
+    assert proxy not in redis_topology._open and process.poll() is not None
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", proxy.port), timeout=2).close()
+
+    orphan = TcpProxy(two_servers[0].port)
+    try:
+        assert orphan._process.stdin is not None
+        orphan._process.stdin.close()  # what the parent's death does to the pipe
+        assert orphan._process.wait(timeout=5) == 0
+    finally:
+        orphan.close()
 
 
 # -- switchover -----------------------------------------------------------------------------

@@ -12,7 +12,8 @@ from typing import Any
 from django.urls import get_resolver
 
 from ..choices import Action
-from ..compiled import CompiledRule, build_rule
+from ..compiled import CompiledRule, build_rule, calendar_of
+from ..conf import conf
 from ..keyspace import state_prefix
 from ..rates import Rate
 
@@ -41,7 +42,11 @@ class DefaultRule:
     def compile(self) -> CompiledRule:
         prefix = state_prefix(self.rule_key, self.algorithm)  # follows KEY_PREFIX
         compiled = self._compiled
-        if compiled is None or compiled.state_prefix != prefix:
+        if (
+            compiled is None
+            or compiled.state_prefix != prefix
+            or (compiled.calendar is not None and compiled.calendar.zone.key != conf.TIME_ZONE)
+        ):
             compiled = self._compiled = build_rule(
                 id=0,
                 name=self.scope,
@@ -53,6 +58,7 @@ class DefaultRule:
                 burst=self.burst,
                 action=Action.REJECT,
                 rule_key=self.rule_key,
+                calendar=calendar_of(self.rate.per, self.rate.unit),
             )
         return compiled
 

@@ -32,7 +32,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import AskError, MovedError, NoScriptError, ResponseError
 
 from ..compiled import CompiledRule
-from ..keyspace import ALGORITHM_CODES, BLOCK_SUFFIX, client_tag
+from ..keyspace import ALGORITHM_CODES, BLOCK_SUFFIX, CALENDAR_CODE, client_tag
 from .base import Check, Result, state_key
 from .connections import (
     AsyncConnectionStack,
@@ -43,13 +43,17 @@ from .connections import (
 )
 from .errors import STORE_ERRORS
 from .redis import (
+    CLOCK_MISS,
     DECIDE_SHA,
     DECIDE_SOURCE,
     REPLY_FIELDS,
+    US,
+    CalendarMissError,
+    ServerClock,
+    decide_input,
     decision_kwargs,
     load_lua,
     parse_reply,
-    script_input,
     sha1,
 )
 
@@ -85,8 +89,20 @@ def refund_input(checks: Sequence[Check], at_us: int) -> list[Any]:
     args: list[Any] = [at_us]
     for check in checks:
         rule = check.rule
-        args += (ALGORITHM_CODES[rule.algorithm], rule.limit, rule.period, rule.burst, check.cost)
+        calendar = rule.calendar
+        if calendar is None:
+            args += (ALGORITHM_CODES[rule.algorithm], rule.limit, rule.period, rule.burst)
+        else:
+            args += (CALENDAR_CODE, rule.limit, rule.period, calendar.encoded(at_us / US))
+        args.append(check.cost)
     return [len(keys), *keys, *args]
+
+
+def _still_missed(reply: Any) -> Any:
+    """A group's reply sent again after a calendar miss, or the error if it missed again."""
+    if not isinstance(reply, BaseException) and reply[1] == CLOCK_MISS:
+        return CalendarMissError()
+    return reply
 
 
 def _committed(reply: Sequence[int], dry_run: bool) -> bool:
@@ -126,6 +142,7 @@ class ClusterStore:
         self.client = client  # reset, the rules version, the slot map
         self._stacks: dict[str, ConnectionStack] = {}
         self._stale = False
+        self.clock = ServerClock()
 
     @classmethod
     def from_url(cls, url: str) -> ClusterStore:
@@ -211,17 +228,34 @@ class ClusterStore:
             self._refresh()
         by_slot = group_by_slot(checks)
         if len(by_slot) == 1:
-            keys, args = script_input(checks, dry_run)
             (slot,) = by_slot
-            reply = self._run(slot, DECIDE_SHA, DECIDE_SOURCE, [len(keys), *keys, *args])
+            reply = self._run(
+                slot, DECIDE_SHA, DECIDE_SOURCE, decide_input(checks, dry_run, self.clock)
+            )
+            if self.clock.missed(reply):
+                reply = self._run(
+                    slot, DECIDE_SHA, DECIDE_SOURCE, decide_input(checks, dry_run, self.clock)
+                )
             return parse_reply(checks, reply)
         slots = list(by_slot)
         groups = list(by_slot.values())
-        inputs = []
-        for indices in groups:
-            keys, args = script_input([checks[i] for i in indices], dry_run)
-            inputs.append([len(keys), *keys, *args])
+        inputs = [
+            decide_input([checks[i] for i in indices], dry_run, self.clock) for indices in groups
+        ]
         replies = self._concurrently(slots, inputs)
+        for number, reply in enumerate(replies):
+            if not isinstance(reply, BaseException) and self.clock.missed(reply):
+                group = [checks[i] for i in groups[number]]
+                try:
+                    again = self._run(
+                        slots[number],
+                        DECIDE_SHA,
+                        DECIDE_SOURCE,
+                        decide_input(group, dry_run, self.clock),
+                    )
+                except Exception as exc:
+                    again = exc
+                replies[number] = _still_missed(again)
         return self._settle(checks, slots, groups, replies, dry_run)
 
     def _concurrently(self, slots: list[int], inputs: list[list[Any]]) -> list[Any]:
@@ -327,6 +361,7 @@ class AsyncClusterStore:
         self._stacks: dict[str, AsyncConnectionStack] = {}
         self._ready = False
         self._stale = False
+        self.clock = ServerClock()
 
     @classmethod
     def from_url(cls, url: str) -> AsyncClusterStore:
@@ -416,17 +451,24 @@ class AsyncClusterStore:
             await self._refresh()
         by_slot = group_by_slot(checks)
         if len(by_slot) == 1:
-            keys, args = script_input(checks, dry_run)
             (slot,) = by_slot
-            reply = await self._run(slot, DECIDE_SHA, DECIDE_SOURCE, [len(keys), *keys, *args])
+            reply = await self._run(
+                slot, DECIDE_SHA, DECIDE_SOURCE, decide_input(checks, dry_run, self.clock)
+            )
+            if self.clock.missed(reply):
+                reply = await self._run(
+                    slot, DECIDE_SHA, DECIDE_SOURCE, decide_input(checks, dry_run, self.clock)
+                )
             return parse_reply(checks, reply)
         slots = list(by_slot)
         groups = list(by_slot.values())
-        calls = []
-        for slot, indices in zip(slots, groups, strict=True):
-            keys, args = script_input([checks[i] for i in indices], dry_run)
-            calls.append(self._run(slot, DECIDE_SHA, DECIDE_SOURCE, [len(keys), *keys, *args]))
-        replies = await asyncio.gather(*calls, return_exceptions=True)
+        replies = await asyncio.gather(
+            *(
+                self._decide_group(slot, [checks[i] for i in indices], dry_run)
+                for slot, indices in zip(slots, groups, strict=True)
+            ),
+            return_exceptions=True,
+        )
         for reply in replies:
             if isinstance(reply, BaseException) and not isinstance(reply, Exception):
                 raise reply  # cancelled: the others were cancelled with it
@@ -455,6 +497,16 @@ class AsyncClusterStore:
         if error is not None:
             raise error
         return _assemble(checks, groups, list(replies), refunded)  # type: ignore[arg-type]
+
+    async def _decide_group(self, slot: int, group: list[Check], dry_run: bool) -> Any:
+        reply = await self._run(
+            slot, DECIDE_SHA, DECIDE_SOURCE, decide_input(group, dry_run, self.clock)
+        )
+        if self.clock.missed(reply):
+            reply = await self._run(
+                slot, DECIDE_SHA, DECIDE_SOURCE, decide_input(group, dry_run, self.clock)
+            )
+        return _still_missed(reply)
 
     async def reset(self, rule: CompiledRule, identity: str) -> None:
         key = state_key(rule, identity)

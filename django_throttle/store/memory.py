@@ -159,7 +159,14 @@ class MemoryStore:
         limit, period = rule.limit, rule.period * US
         algorithm = rule.algorithm
         if algorithm == Algorithm.FIXED_WINDOW:
-            return self._fixed_window(key, now, limit, period, cost)
+            now_s = now // US  # in whole seconds, as decide.lua
+            if rule.calendar is None:
+                w = now_s // rule.period
+                window = w, w * rule.period, (w + 1) * rule.period
+            else:
+                starts, ends = rule.calendar.window(now_s)
+                window = starts, starts, ends
+            return self._fixed_window(key, now, limit, window, cost)
         if algorithm == Algorithm.SLIDING_WINDOW_LOG:
             return self._sliding_window_log(key, now, limit, period, cost)
         if algorithm == Algorithm.SLIDING_WINDOW_COUNTER:
@@ -168,18 +175,21 @@ class MemoryStore:
             key, now, limit, period, rule.burst, cost, algorithm == Algorithm.LEAKY_BUCKET
         )
 
-    def _fixed_window(self, key: str, now: int, limit: int, period: int, cost: int) -> Evaluation:
-        w = (now // US) // (period // US)  # in whole seconds, as decide.lua
+    def _fixed_window(
+        self, key: str, now: int, limit: int, window: tuple[int, int, int], cost: int
+    ) -> Evaluation:
+        """``window``: its number (a calendar window's: its start), start and end, in seconds."""
+        w, starts, ends = window
         stored = self._get(key, now)
         count = stored[1] if stored is not None and stored[0] == w else 0
-        reset_after = (w + 1) * period - now
+        reset_after = ends * US - now
         if count + cost <= limit:
 
             def write() -> None:
                 self._set(key, (w, count + cost), now, reset_after)
 
             return True, limit - count - cost, limit - count, reset_after, 0, 0, write
-        retry = period if cost > limit else reset_after
+        retry = (ends - starts) * US if cost > limit else reset_after
         remaining = _clamp(limit - count)
         return False, remaining, remaining, reset_after, retry, 0, None
 

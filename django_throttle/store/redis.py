@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Sequence
 from importlib import resources
 from typing import Any
@@ -14,18 +15,19 @@ import redis.asyncio.sentinel
 from redis import ConnectionPool, Redis
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, RedisError
 from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
 from ..compiled import CompiledRule
 from ..conf import conf
-from ..keyspace import ALGORITHM_CODES, BLOCK_SUFFIX, client_tag
+from ..keyspace import ALGORITHM_CODES, BLOCK_SUFFIX, CALENDAR_CODE, client_tag
 from .base import Check, Result, state_key
 from .connections import AsyncConnectionStack, ConnectionStack
 
 US = 1_000_000
 REPLY_FIELDS = 6  # per check in decide.lua's reply
+CLOCK_MISS = -1  # decide.lua's "admitted" when its time is outside a check's calendar windows
 
 ASYNC_STACKABLE_POOLS = (
     redis.asyncio.connection.ConnectionPool,
@@ -47,6 +49,7 @@ class RedisStore:
         # The lean path where the pool allows it; redis-py's own for other pools.
         self._run = stack.run_script if stack is not None else self._run_on_client
         self._stack = stack
+        self.clock = ServerClock()
 
     @classmethod
     def from_cache(cls, alias: str) -> RedisStore:
@@ -70,11 +73,12 @@ class RedisStore:
     def decide(self, checks: Sequence[Check], dry_run: bool = False) -> list[Result]:
         if not checks:
             return []
-        keys, args = script_input(checks, dry_run)
         # EVALSHA straight away (redis-py's Script wrapper costs more per call than our
         # whole Python side); the script is loaded on NOSCRIPT, after SCRIPT FLUSH, a
         # restart or a failover, on the connection that reported it.
-        reply = self._run(DECIDE_SHA, DECIDE_SOURCE, len(keys), *keys, *args)
+        reply = self._run(DECIDE_SHA, DECIDE_SOURCE, *decide_input(checks, dry_run, self.clock))
+        if self.clock.missed(reply):
+            reply = self._run(DECIDE_SHA, DECIDE_SOURCE, *decide_input(checks, dry_run, self.clock))
         return parse_reply(checks, reply)
 
     def reset(self, rule: CompiledRule, identity: str) -> None:
@@ -89,6 +93,7 @@ class AsyncRedisStore:
         self.client = client
         pool = getattr(client, "connection_pool", None)
         self._stack = AsyncConnectionStack(pool) if type(pool) in ASYNC_STACKABLE_POOLS else None
+        self.clock = ServerClock()
 
     @classmethod
     def from_cache(cls, alias: str) -> AsyncRedisStore:
@@ -105,16 +110,19 @@ class AsyncRedisStore:
     async def decide(self, checks: Sequence[Check], dry_run: bool = False) -> list[Result]:
         if not checks:
             return []
-        keys, args = script_input(checks, dry_run)
-        if self._stack is not None:
-            reply = await self._stack.run_script(DECIDE_SHA, DECIDE_SOURCE, len(keys), *keys, *args)
-        else:
-            try:
-                reply = await self.client.evalsha(DECIDE_SHA, len(keys), *keys, *args)
-            except NoScriptError:
-                await self.client.script_load(DECIDE_SOURCE)
-                reply = await self.client.evalsha(DECIDE_SHA, len(keys), *keys, *args)
+        reply = await self._run(decide_input(checks, dry_run, self.clock))
+        if self.clock.missed(reply):
+            reply = await self._run(decide_input(checks, dry_run, self.clock))
         return parse_reply(checks, reply)
+
+    async def _run(self, args: list[Any]) -> Any:
+        if self._stack is not None:
+            return await self._stack.run_script(DECIDE_SHA, DECIDE_SOURCE, *args)
+        try:
+            return await self.client.evalsha(DECIDE_SHA, *args)
+        except NoScriptError:
+            await self.client.script_load(DECIDE_SOURCE)
+            return await self.client.evalsha(DECIDE_SHA, *args)
 
     async def reset(self, rule: CompiledRule, identity: str) -> None:
         key = state_key(rule, identity)
@@ -220,7 +228,49 @@ def async_client_from_cache(alias: str) -> Any:
     return manager.master_for(url.hostname, redis_class=redis.asyncio.Redis, **kwargs)
 
 
-def script_input(checks: Sequence[Check], dry_run: bool) -> tuple[list[str], list[Any]]:
+class ServerClock:
+    """A store's clock as this process estimates it, which only calendar windows need: their
+    starts are computed here (in TIME_ZONE) around it, and decide.lua picks the window that
+    holds its own TIME. Off by more than a window (the first call to a server whose clock
+    differs that much), the script decides nothing and says its time; the estimate is
+    corrected and the call sent once more."""
+
+    __slots__ = ("offset",)
+
+    def __init__(self) -> None:
+        self.offset = 0.0  # the server's time minus this host's, in seconds
+
+    def now(self) -> float:
+        return time.time() + self.offset
+
+    def missed(self, reply: Sequence[int]) -> bool:
+        """Whether decide.lua found its time outside a calendar check's windows and decided
+        nothing; if so, the estimate is corrected for the call to be sent again."""
+        if reply[1] != CLOCK_MISS:
+            return False
+        self.offset = reply[0] / US - time.time()
+        return True
+
+
+class CalendarMissError(RedisError):
+    """The store's clock moved out of the calendar windows sent to it, twice in a row."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "the store's clock left the calendar windows sent to it (it was moved by more "
+            "than a week or month during the call)"
+        )
+
+
+def decide_input(checks: Sequence[Check], dry_run: bool, clock: ServerClock) -> list[Any]:
+    """The number of keys, KEYS and ARGV of decide.lua, as EVALSHA takes them."""
+    keys, args = script_input(checks, dry_run, clock)
+    return [len(keys), *keys, *args]
+
+
+def script_input(
+    checks: Sequence[Check], dry_run: bool, clock: ServerClock
+) -> tuple[list[str], list[Any]]:
     """KEYS and ARGV of decide.lua (see its header)."""
     keys = []
     blocks = []
@@ -236,11 +286,12 @@ def script_input(checks: Sequence[Check], dry_run: bool) -> tuple[list[str], lis
         keys.append(key)
         if rule.block:
             blocks.append(key + BLOCK_SUFFIX)
+        calendar = rule.calendar
         args += (
-            ALGORITHM_CODES[rule.algorithm],
+            ALGORITHM_CODES[rule.algorithm] if calendar is None else CALENDAR_CODE,
             rule.limit,
             rule.period,
-            rule.burst,
+            rule.burst if calendar is None else calendar.encoded(clock.now()),
             check.cost,
             "1" if rule.enforcing else "0",
             rule.block,
@@ -249,6 +300,8 @@ def script_input(checks: Sequence[Check], dry_run: bool) -> tuple[list[str], lis
 
 
 def parse_reply(checks: Sequence[Check], reply: Sequence[int]) -> list[Result]:
+    if reply[1] == CLOCK_MISS:
+        raise CalendarMissError()
     now = reply[0] / US
     results = []
     i = 2

@@ -14,16 +14,23 @@
 -- ARGV[3 + 7*(i-1) ...]  for check i: algorithm code, limit, period (seconds),
 --          burst, cost, enforce ("1" blocks the request, "0" is a shadow rule),
 --          block (seconds a rejection blocks the client for; 0: none)
---          algorithm codes: f fixed window, l sliding window log,
+--          algorithm codes: f fixed window, k calendar window (a fixed window of
+--          weeks or months, whose burst is instead the starts of four consecutive
+--          windows in epoch seconds, "s1:s2:s3:s4"), l sliding window log,
 --          c sliding window counter, t token bucket, b leaky bucket
 -- Returns  {now_us, admitted, then for each check: allowed, remaining,
---          reset_after_us, retry_after_us, delay_us, blocked (1 while blocked)}
+--          reset_after_us, retry_after_us, delay_us, blocked (1 while blocked)};
+--          {now_us, -1} with nothing written when the server's time is in none of
+--          a calendar check's windows (the caller's clock is off: it asks again with
+--          windows around now_us)
 --
 -- A block is a key of its own with a TTL: while it lives the check rejects without
 -- looking at its algorithm; a check that rejects starts one (even when the request
--- is rejected, and so commits nothing else).
+-- is rejected, and so commits nothing else). Every write waits until all checks
+-- are evaluated.
 --
--- Windows are aligned to multiples of the period since the epoch. Buckets
+-- Windows are aligned to multiples of the period since the epoch (calendar
+-- windows: to the starts the caller computed in its time zone). Buckets
 -- are one number, the theoretical arrival time (GCRA) in microseconds. The
 -- log is a sorted set of one entry per unit of cost, scored by its time.
 
@@ -52,6 +59,7 @@ local nb = n  -- the last block key used
 local admitted = true
 local reply = {now, 1}
 local set_value, set_px = {}, {}  -- a check's pending SET (every algorithm but the log)
+local blocks = {}  -- pending blocks: key, milliseconds, key, milliseconds...
 local log_stamp, log_seq = {}, {}  -- a log check's pending entries
 local allowed_at, after_at = {}, {}  -- where a check's allowed flag and remaining sit in reply
 
@@ -79,17 +87,34 @@ for i = 1, n do
 
   if blocked then
     -- Rejected until the block ends, whatever the algorithm's state.
-  elseif code == 'f' then
-    -- Fixed window: "window:count". The window is computed in whole seconds: now /
-    -- period in microseconds can round up across a boundary in double precision.
-    local w = math.floor(now_s / period_s)
+  elseif code == 'f' or code == 'k' then
+    -- Fixed window: "window:count", the window being its number since the epoch
+    -- or, for a calendar window, its start. Windows are computed in whole seconds:
+    -- now / period in microseconds can round up across a boundary in double precision.
+    local w, starts, ends
+    if code == 'f' then
+      w = math.floor(now_s / period_s)
+      starts, ends = w * period_s, (w + 1) * period_s
+    else
+      local s1, s2, s3, s4 = string.match(ARGV[a + 3], '^(%d+):(%d+):(%d+):(%d+)$')
+      s1, s2, s3, s4 = tonumber(s1), tonumber(s2), tonumber(s3), tonumber(s4)
+      if now_s < s1 or now_s >= s4 then return {now, -1} end
+      if now_s < s2 then
+        starts, ends = s1, s2
+      elseif now_s < s3 then
+        starts, ends = s2, s3
+      else
+        starts, ends = s3, s4
+      end
+      w = starts
+    end
     local count = 0
     local v = redis.call('GET', key)
     if v then
       local sw, sc = string.match(v, '^(%d+):(%d+)$')
       if tonumber(sw) == w then count = tonumber(sc) end
     end
-    reset_after = (w + 1) * period - now
+    reset_after = ends * 1000000 - now
     rem_now = clamp(limit - count)
     if count + cost <= limit then
       ok, rem_after = true, limit - count - cost
@@ -98,7 +123,7 @@ for i = 1, n do
     else
       rem_after = rem_now
       retry = reset_after
-      if cost > limit then retry = period end
+      if cost > limit then retry = (ends - starts) * 1000000 end
     end
 
   elseif code == 'c' then
@@ -197,7 +222,8 @@ for i = 1, n do
   end
 
   if not ok and bkey and not blocked and not dry then
-    redis.call('SET', bkey, '1', 'PX', block_ms)
+    blocks[#blocks + 1] = bkey
+    blocks[#blocks + 1] = block_ms
     blocked = true
     if retry < block_ms * 1000 then retry = block_ms * 1000 end
     if reset_after < retry then reset_after = retry end
@@ -213,6 +239,9 @@ for i = 1, n do
   reply[r + 6] = blocked and 1 or 0
 end
 
+for j = 1, #blocks, 2 do
+  redis.call('SET', blocks[j], '1', 'PX', blocks[j + 1])
+end
 if not admitted then
   reply[2] = 0
 elseif not dry then

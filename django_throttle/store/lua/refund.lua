@@ -9,7 +9,7 @@
 -- KEYS[i]  state key of check i
 -- ARGV[1]  the time of the decision to undo, in microseconds (decide.lua's now_us)
 -- ARGV[2 + 5*(i-1) ...]  for check i: algorithm code, limit, period (seconds),
---          burst, cost, as given to decide.lua
+--          burst (a calendar window's starts), cost, as given to decide.lua
 -- Returns  the number of keys changed
 
 local at = tonumber(ARGV[1])
@@ -25,10 +25,19 @@ for i = 1, #KEYS do
   local cost = tonumber(ARGV[a + 4])
   local key = KEYS[i]
 
-  if code == 'f' or code == 'c' then
+  if code == 'f' or code == 'c' or code == 'k' then
     -- Only the window the decision counted in holds its count (for the sliding
     -- counter, as the previous window once the next one has begun).
-    local w = math.floor(at_s / period_s)
+    local w
+    if code == 'k' then
+      -- The start of the calendar window holding the decision's time.
+      for s in string.gmatch(ARGV[a + 3], '%d+') do
+        if tonumber(s) <= at_s then w = tonumber(s) end
+      end
+      code = 'f'
+    else
+      w = math.floor(at_s / period_s)
+    end
     local v = redis.call('GET', key)
     if v then
       local sw, sc, sp = string.match(v, '^(%d+):(%d+):?(%d*)$')
