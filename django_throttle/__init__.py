@@ -5,10 +5,34 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["Decision", "acheck", "check", "reset", "throttle"]
+__all__ = [
+    "Decision",
+    "aacquire",
+    "acheck",
+    "acheck_key",
+    "acquire",
+    "arefund",
+    "check",
+    "check_key",
+    "refund",
+    "refund_key",
+    "reset",
+    "throttle",
+]
 
 if TYPE_CHECKING:
-    from .api import acheck, check, reset
+    from .api import (
+        aacquire,
+        acheck,
+        acheck_key,
+        acquire,
+        arefund,
+        check,
+        check_key,
+        refund,
+        refund_key,
+        reset,
+    )
     from .decision import Decision
     from .decorators import throttle
 
@@ -17,6 +41,13 @@ _LAZY = {
     "check": "api",
     "acheck": "api",
     "reset": "api",
+    "check_key": "api",
+    "acheck_key": "api",
+    "acquire": "api",
+    "aacquire": "api",
+    "refund": "api",
+    "arefund": "api",
+    "refund_key": "api",
     "Decision": "decision",
 }
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
@@ -16,7 +16,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from .compiled import compile_rule, with_overrides
-from .dashboard.views import DashboardAdmin, inspect_key
+from .dashboard.views import DashboardAdmin, collect_counts, inspect_key
 from .models import Dashboard, Override, Rejection, Rule
 
 if TYPE_CHECKING:
@@ -117,6 +117,10 @@ class RuleAdmin(_RuleModelAdmin):
     @admin.display(description=_("rejected, last hour"), ordering="rejected_recently")
     def rejected_last_hour(self, rule: Rule) -> int:
         return int(getattr(rule, "rejected_recently", 0))
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
+        collect_counts()  # every process's counts waiting in Redis, before the list reads them
+        return super().changelist_view(request, extra_context)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Rule]:
         # The last hour's rejections in the page's one query, not one query per row.

@@ -1,13 +1,24 @@
-"""``check()`` and ``reset()``: throttling from code, for events only the view knows about."""
+"""Throttling from code: ``check()`` for events only the view knows about, ``check_key()`` and
+``acquire()`` for code without a request, ``refund()`` for attempts counted before they
+happen, ``reset()``."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
+from asgiref.sync import sync_to_async
+
 from .decision import Decision
-from .engine import aevaluate, evaluate
-from .rules import ScopeSpec, get_rules, scope_rules
+from .engine import aevaluate, evaluate, state_of
+from .engine.flow import adecide, announce, decide
+from .engine.giveback import agive_back, give_back, taken
+from .engine.keyed import key_arguments, key_checks, valid_cost
+from .rules import ScopeSpec, clients_reset, get_rules, scope_rules
 from .store import get_store
+
+MIN_WAIT = 0.001  # seconds: acquire() never spins, whatever retry time a decision gives
 
 
 def check(request: Any, scope: str, cost: int = 1, dry_run: bool = False) -> Decision:
@@ -28,9 +39,110 @@ async def acheck(request: Any, scope: str, cost: int = 1, dry_run: bool = False)
 
 def reset(scope: str, key: str) -> int:
     """Forget the state of client ``key`` (``"ip:203.0.113.7"``, ``"user:42"``, ``"global"``)
-    under every rule of ``scope``; returns how many rules were reset."""
+    under every rule of ``scope``; returns how many rules were reset. Every process forgets
+    the rejections of it that it remembers (BLOCK_CACHE) within RULES_REFRESH."""
     store = get_store()
     rules = scope_rules(get_rules(), scope)
     for rule in rules:
         store.reset(rule, key)
+    if rules:
+        clients_reset()
     return len(rules)
+
+
+def check_key(scope: str, key: str, cost: int = 1, dry_run: bool = False) -> Decision:
+    """Count an event of client ``key`` (``"tenant:42"``, ``"partner:acme"``) against the rules
+    of ``scope`` (admin rules, else code defaults), whatever each rule's key kind; no request
+    needed. A rejection is recorded for the dashboard (no request_throttled signal)."""
+    cost = key_arguments(scope, key, cost)
+    checks, ruleset = key_checks(scope, key, cost)
+    decision = decide(checks, dry_run, ruleset.blocked)
+    if checks and not dry_run:
+        announce(None, decision)
+    return decision
+
+
+async def acheck_key(scope: str, key: str, cost: int = 1, dry_run: bool = False) -> Decision:
+    """``check_key()`` for async code, on the native asyncio Redis client."""
+    cost = key_arguments(scope, key, cost)
+    # Loading changed rules may query the database, which the event loop must not.
+    checks, ruleset = await sync_to_async(key_checks)(scope, key, cost)
+    decision = await adecide(checks, dry_run, ruleset.blocked)
+    if checks and not dry_run:
+        announce(None, decision)
+    return decision
+
+
+def acquire(scope: str, key: str, cost: int = 1, timeout: float = 5.0) -> Decision:
+    """``check_key()`` until admitted, sleeping until each rejection's retry time; gives up
+    at once, with the last decision, when that time is past ``timeout`` seconds from now."""
+    deadline = time.monotonic() + _timeout(timeout)
+    while True:
+        decision = check_key(scope, key, cost)
+        wait = _wait(decision, deadline)
+        if wait is None:
+            return decision
+        time.sleep(wait)
+
+
+async def aacquire(scope: str, key: str, cost: int = 1, timeout: float = 5.0) -> Decision:
+    """``acquire()`` for async code: the waits are ``asyncio.sleep``."""
+    deadline = time.monotonic() + _timeout(timeout)
+    while True:
+        decision = await acheck_key(scope, key, cost)
+        wait = _wait(decision, deadline)
+        if wait is None:
+            return decision
+        await asyncio.sleep(wait)
+
+
+def refund(request: Any, scope: str, cost: int = 1) -> int:
+    """Give back what ``check(request, scope)`` took: the attempt turned out fine (a login with
+    the right password). Returns how many rules gave something back; never below empty."""
+    results = _taken_from(request, scope)
+    give_back(taken(results, valid_cost(cost)))
+    return len(results)
+
+
+async def arefund(request: Any, scope: str, cost: int = 1) -> int:
+    """``refund()`` for async views."""
+    results = await sync_to_async(_taken_from)(request, scope)
+    await agive_back(taken(results, valid_cost(cost)))
+    return len(results)
+
+
+def refund_key(scope: str, key: str, cost: int = 1) -> int:
+    """Give back ``cost`` to client ``key`` under the rules of ``scope`` (what ``check_key()``
+    took; a concurrency slot taken with it); returns how many rules were refunded."""
+    checks, _ = key_checks(scope, key, key_arguments(scope, key, cost))
+    give_back([(0, checks)] if checks else [])
+    return len(checks)
+
+
+def _taken_from(request: Any, scope: str) -> list[Any]:
+    """What the request's admitted decisions committed under ``scope``'s rules, forgotten so
+    a later check() of the request counts again."""
+    state = state_of(request)
+    results = []
+    for rule in scope_rules(get_rules(), scope):
+        result = state.taken.pop(rule.state_prefix, None)
+        if result is not None:
+            state.counted.pop(rule.state_prefix, None)
+            results.append(result)
+    return results
+
+
+def _timeout(timeout: float) -> float:
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+        raise ValueError(f"timeout must be a number of seconds, 0 or more, not {timeout!r}")
+    return float(timeout)
+
+
+def _wait(decision: Decision, deadline: float) -> float | None:
+    """How long to sleep before asking again, or None: admitted, or not admissible in time."""
+    if decision.allowed:
+        return None
+    wait = max(decision.retry_after, MIN_WAIT)
+    if time.monotonic() + wait > deadline:
+        return None
+    return wait

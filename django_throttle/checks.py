@@ -10,8 +10,10 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.utils.module_loading import import_string
 
+from . import metrics
 from .calendar_windows import time_zone
 from .conf import (
+    E_BAD_CHOICE,
     E_EXEMPT_NETWORKS,
     E_TIME_ZONE,
     REDIS_CACHE_PREFIX,
@@ -32,6 +34,7 @@ E_MIDDLEWARE_ORDER = "django_throttle.E007"
 E_KEY_FUNCTION = "django_throttle.E010"
 E_CLUSTER_URL = "django_throttle.E011"
 E_KEY_PREFIX = "django_throttle.E012"
+E_METRICS_CLIENT = "django_throttle.E015"
 W_UNKNOWN_SETTING = "django_throttle.W001"
 W_MEMORY_BACKEND = "django_throttle.W002"
 
@@ -95,7 +98,25 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
                 id=E_KEY_PREFIX,
             )
         )
+    if "METRICS" not in bad:
+        errors.extend(_check_metrics(conf.METRICS))
     return errors
+
+
+def _check_metrics(value: bool | str) -> Iterable[CheckMessage]:
+    if isinstance(value, str) and value != "auto":
+        yield Error(
+            f"{SETTING_NAME}['METRICS'] is {value!r}.",
+            hint="Use True, False or 'auto' (on when prometheus_client is installed).",
+            id=E_BAD_CHOICE,
+        )
+    elif value is True and not metrics.client_installed():
+        yield Error(
+            f"{SETTING_NAME}['METRICS'] is True but prometheus_client is not installed.",
+            hint=f"Install it with the extra: {metrics.INSTALL_HINT}, or set METRICS to "
+            "'auto' to record metrics only where it is installed.",
+            id=E_METRICS_CLIENT,
+        )
 
 
 def _check_cluster_url(url: str) -> Iterable[CheckMessage]:

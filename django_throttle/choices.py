@@ -40,6 +40,7 @@ class Algorithm(models.TextChoices):
     FIXED_WINDOW = "fixed_window", _("fixed window")
     SLIDING_WINDOW_LOG = "sliding_window_log", _("sliding window log")
     SLIDING_WINDOW_COUNTER = "sliding_window_counter", _("sliding window counter")
+    CONCURRENCY = "concurrency", _("concurrency (requests in flight)")
 
 
 class Action(models.TextChoices):

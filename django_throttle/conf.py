@@ -177,10 +177,24 @@ class Settings:
         type_error_id=E_TIME_ZONE,
         hint="The IANA name of the zone where weeks and months start, e.g. 'Europe/Berlin'.",
     )
+    BLOCK_CACHE = Setting[bool](True, (bool,))
+    MAX_DELAYED = Setting[int](
+        10,
+        (int,),
+        minimum=0,
+        hint="How many requests one process holds at once for delay rules; past it they are "
+        "rejected with 429 at once. 0 rejects instead of delaying.",
+    )
     CLUSTER_URL = Setting["str | None"](
         None,
         (str, type(None)),
         hint='The URL of any node of the cluster: "redis://host:7000", or rediss:// for TLS.',
+    )
+    # Its values are checked in checks.py: a choice list here holds strings only.
+    METRICS = Setting["bool | str"](
+        "auto",
+        (bool, str),
+        hint="True, False, or 'auto': Prometheus metrics when prometheus_client is installed.",
     )
 
     @classmethod

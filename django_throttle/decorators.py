@@ -9,7 +9,15 @@ from typing import Any, TypeVar
 from asgiref.sync import iscoroutinefunction
 
 from .choices import ALGORITHMS_WITH_BURST, CODE_KEY_KINDS, Algorithm, KeyKind
-from .engine import SPECS_ATTR, aenforce, enforce, finish, state_of
+from .engine import (
+    SPECS_ATTR,
+    aenforce,
+    arelease_leases,
+    enforce,
+    finish,
+    release_leases,
+    state_of,
+)
 from .rates import parse_rate
 from .rules import DefaultRule, ScopeSpec, register
 
@@ -62,7 +70,13 @@ def throttle(
                 rejection = await aenforce(request, specs)
                 if rejection is not None:
                     return rejection
-                return _finish(request, await view(request, *args, **kwargs))
+                try:
+                    response = await view(request, *args, **kwargs)
+                except BaseException:
+                    if not state_of(request).middleware:  # else the middleware ends them
+                        await arelease_leases(request)
+                    raise
+                return _finish(request, response)
 
             wrapper: Any = async_wrapper
         else:
@@ -72,7 +86,13 @@ def throttle(
                 rejection = enforce(request, specs)
                 if rejection is not None:
                     return rejection
-                return _finish(request, view(request, *args, **kwargs))
+                try:
+                    response = view(request, *args, **kwargs)
+                except BaseException:
+                    if not state_of(request).middleware:  # else the middleware ends them
+                        release_leases(request)
+                    raise
+                return _finish(request, response)
 
             wrapper = sync_wrapper
         setattr(wrapper, SPECS_ATTR, specs)

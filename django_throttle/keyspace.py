@@ -19,6 +19,7 @@ ALGORITHM_CODES: dict[str, str] = {
     Algorithm.SLIDING_WINDOW_COUNTER: "c",
     Algorithm.TOKEN_BUCKET: "t",
     Algorithm.LEAKY_BUCKET: "b",
+    Algorithm.CONCURRENCY: "n",
 }
 
 CALENDAR_CODE = "k"  # decide.lua's code of a fixed window of weeks or months (state: "f")

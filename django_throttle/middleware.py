@@ -8,7 +8,15 @@ from typing import Any
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponse
 
-from .engine import aenforce, enforce, finish, state_of, view_specs
+from .engine import (
+    aenforce,
+    arelease_leases,
+    enforce,
+    finish,
+    release_leases,
+    state_of,
+    view_specs,
+)
 
 
 def _url_name(request: HttpRequest) -> str | None:
@@ -42,7 +50,11 @@ class ThrottleMiddleware:
             return self.__acall__(request)
         state = state_of(request)
         state.middleware = True
-        response = self.get_response(request)
+        try:
+            response = self.get_response(request)
+        except BaseException:
+            release_leases(request)  # no response will be closed: the leases end now
+            raise
         if not state.paths_decided:
             state.paths_decided = True
             rejection = enforce(request, paths=True)
@@ -54,7 +66,13 @@ class ThrottleMiddleware:
         state = state_of(request)
         state.middleware = True
         get_response: Callable[[HttpRequest], Awaitable[Any]] = self.get_response
-        response = await get_response(request)
+        try:
+            response = await get_response(request)
+        except BaseException:
+            # An exception, or the client went away (ASGIHandler cancels the request): no
+            # response will be closed, so the leases end now.
+            await arelease_leases(request)
+            raise
         if not state.paths_decided:
             state.paths_decided = True
             rejection = await aenforce(request, paths=True)

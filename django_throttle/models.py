@@ -296,7 +296,11 @@ class Rule(models.Model):
         per client IP, then blocked for 1 hour; POST only; staff exempt``."""
         requests = "request" if self.limit == 1 else "requests"
         window = self.unit if self.per == 1 else f"{self.per} {self.unit}s"
-        text = f"at most {self.limit} {requests} per {window} {self.key_phrase}"
+        if self.algorithm == Algorithm.CONCURRENCY:
+            text = f"at most {self.limit} {requests} in flight {self.key_phrase}"
+            text += f" (a slot lasts {window if self.per > 1 else 'a ' + window} at most)"
+        else:
+            text = f"at most {self.limit} {requests} per {window} {self.key_phrase}"
         if self.unit in CALENDAR_UNITS:
             starts = "the 1st of a month" if self.unit == MONTH else "Monday"
             text += f" (counted from {starts}, 00:00 {conf.TIME_ZONE})"
@@ -340,7 +344,9 @@ class Rule(models.Model):
 
     @property
     def rate_description(self) -> str:
-        """``100 per 15 minutes``."""
+        """``100 per 15 minutes``; ``3 in flight`` for a concurrency rule."""
+        if self.algorithm == Algorithm.CONCURRENCY:
+            return f"{self.limit} in flight"
         return describe(self.limit, self.per, self.unit)
 
     @property
@@ -472,7 +478,9 @@ def _key_arg_missing(kind: str) -> str | Promise:
 
 # -- overrides for one client --------------------------------------------------------
 
-OVERRIDE_KINDS = ("ip", "user", "header", "param", "custom")
+# A kind (ip, user, header, param, custom, or one of check_key()'s: tenant, partner...), a
+# colon, a value.
+_OVERRIDE_KEY_RE = re.compile(r"^[a-z][a-z0-9_.-]*:.")
 
 
 class OverrideQuerySet(ValidatedQuerySet["Override"]):
@@ -537,10 +545,11 @@ class Override(models.Model):
         self.key = (self.key or "").strip()
         errors: dict[str, str | Promise] = {}
         kind = self.key.split(":", 1)[0]
-        if self.key != "global" and (kind not in OVERRIDE_KINDS or ":" not in self.key):
+        if self.key != "global" and not _OVERRIDE_KEY_RE.match(self.key):
             errors["key"] = _(
                 "Write the key as the dashboard does: user:42, ip:203.0.113.7, header:<value>, "
-                "param:<value>, custom:<value> or global."
+                "param:<value>, custom:<value> or global; or as your code passes it to "
+                "check_key(): partner:acme."
             )
         elif kind == "ip":
             address = keyed_address(self.key[3:])
@@ -573,13 +582,17 @@ def keyed_address(text: str) -> str | None:
 
 
 class Rejection(models.Model):
-    """Rejections of one client under one rule in one minute, counted in bulk (see recording)."""
+    """Rejections of one client under one rule in one minute, counted in bulk; once older than
+    the dashboard's hour (day), in one quarter hour (two hours). See recording."""
 
     rule = models.CharField(_("rule"), max_length=100)
     key = models.CharField(_("key digest"), max_length=16)  # digest(identity), as the store keys it
     display = models.CharField(_("client"), max_length=100)  # readable and truncated
     action = models.CharField(_("action"), max_length=12, choices=RejectionAction.choices)
-    minute = models.DateTimeField(_("minute"))
+    minute = models.DateTimeField(_("minute"))  # where the period starts
+    # Its length: 1, 15, 120. A default in the database too: processes of the previous version
+    # keep writing rows during a rolling deploy.
+    minutes = models.PositiveSmallIntegerField(_("minutes"), default=1, db_default=1)
     count = models.PositiveBigIntegerField(_("count"), default=0)
 
     class Meta:
@@ -591,7 +604,13 @@ class Rejection(models.Model):
                 fields=["rule", "key", "action", "minute"], name="django_throttle_rejection_once"
             )
         ]
-        indexes = [models.Index(fields=["minute"], name="django_throttle_rej_minute")]
+        indexes = [
+            models.Index(fields=["minute"], name="django_throttle_rej_minute"),
+            # The dashboard filtered by rule.
+            models.Index(fields=["rule", "minute"], name="django_throttle_rej_rule"),
+            # Compaction finds the rows still to merge without reading the merged ones.
+            models.Index(fields=["minutes", "minute"], name="django_throttle_rej_length"),
+        ]
 
     def __str__(self) -> str:
         return (

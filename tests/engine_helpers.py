@@ -83,3 +83,47 @@ def race_cluster(url: str, rule: CompiledRule, identity: str, attempts: int) -> 
         return sum(store.decide([Check(rule, identity)])[0].allowed for _ in range(attempts))
     finally:
         store.close()
+
+
+def acquire_worker(
+    url: str, database: dict[str, Any], barrier: Any, attempts: int, out: Any
+) -> None:
+    """An OS process of the keyed-API test: Django set up anew on the test's database (its
+    rules) and Redis, acquiring."""
+    import os
+
+    os.environ["DJANGO_SETTINGS_MODULE"] = "tests.settings"
+    import django
+    from django.conf import settings
+
+    django.setup()
+    from django.db import connections
+
+    connections.settings["default"].update(database)  # the dict every connection reads
+    settings.CACHES["default"]["LOCATION"] = url
+    from django_throttle import acquire
+
+    barrier.wait()
+    for _ in range(attempts):
+        decision = acquire("shared-worker", "partner:acme", timeout=10)
+        out.put((decision.allowed, decision.reset_at))
+
+
+def lease_holder(url: str, database: dict[str, Any], ready: Any) -> None:
+    """An OS process that takes a concurrency slot and never gives it back (it is killed)."""
+    import os
+    import time
+
+    os.environ["DJANGO_SETTINGS_MODULE"] = "tests.settings"
+    import django
+    from django.conf import settings
+
+    django.setup()
+    from django.db import connections
+
+    connections.settings["default"].update(database)
+    settings.CACHES["default"]["LOCATION"] = url
+    from django_throttle import check_key
+
+    ready.put(check_key("exports", "user:7").allowed)
+    time.sleep(60)

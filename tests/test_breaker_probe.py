@@ -138,5 +138,5 @@ def test_a_cancelled_probe_under_asgi_frees_the_breaker(
     assert statuses[2] is None  # the client went away: no response
     assert statuses[3:] == [200, 200, 200, 429]  # 3 per window, counted in Redis again
     assert breaker.state == CLOSED
-    counts = [redis_client.get(k) for k in redis_client.keys("thr:*")]
+    counts = [redis_client.get(k) for k in redis_client.keys("thr:*}")]
     assert len(counts) == 1 and counts[0].endswith(b":3")  # the three admitted requests

@@ -1,10 +1,14 @@
 """Views the enforcement tests call: every decorator form and scope form."""
 
-from django.http import HttpResponse, JsonResponse
+import asyncio
+import threading
+
+from django.contrib.auth import authenticate
+from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
 from django.utils.decorators import method_decorator
 from django.views import View
 
-from django_throttle import check, throttle
+from django_throttle import check, refund, throttle
 
 
 def plain(request, **kwargs):
@@ -73,3 +77,56 @@ def custom_rejection(request, decision):
 @throttle("windowed", rate="2/15m")
 def windowed(request):
     return HttpResponse("windowed")
+
+
+# -- attempts counted before they happen: the login-lockout recipe of docs/usage.md ---------
+
+AUTHENTICATE_CALLS = [0]  # how many attempts reached authenticate(), for the lockout race
+_calls_lock = threading.Lock()
+
+
+def lockout_login(request):
+    decision = check(request, "lockout")  # counts this attempt before it is made
+    if not decision.allowed:
+        return HttpResponse("too many attempts", status=429)
+    with _calls_lock:
+        AUTHENTICATE_CALLS[0] += 1
+    user = authenticate(
+        request, username=request.POST.get("username"), password=request.POST.get("password")
+    )
+    if user is None:
+        return HttpResponse("wrong username or password", status=401)
+    refund(request, "lockout")  # the right password: this attempt does not count
+    return HttpResponse("welcome")
+
+
+# -- requests in flight (concurrency rules on /inflight/) ----------------------------------
+
+HOLD = threading.Event()  # set by the test to let held requests finish
+
+
+def inflight_held(request):
+    HOLD.wait(10)
+    return HttpResponse("done")
+
+
+def inflight_streaming(request):
+    def body():
+        yield b"first "
+        HOLD.wait(10)
+        yield b"last"
+
+    return StreamingHttpResponse(body())
+
+
+def inflight_raising(request):
+    raise RuntimeError("a view that fails")
+
+
+async def inflight_async(request):
+    return HttpResponse("done")
+
+
+async def inflight_async_slow(request):
+    await asyncio.sleep(5)  # the tests' clients go away long before
+    return HttpResponse("done")

@@ -8,8 +8,7 @@ from datetime import timezone as dt_timezone
 from typing import Any
 
 from django.conf import settings
-from django.db.models import F, Max, Sum
-from django.db.models.functions import TruncHour
+from django.db.models import Max, Sum
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
@@ -50,33 +49,36 @@ def dashboard_data(rule: str | None, period: str, now: datetime | None = None) -
     if rule:
         rows = rows.filter(rule=rule)
 
+    # One pass over the period's sums per rule, action and row start gives the totals and the
+    # chart: the bucket of a row is found here, not by a database function (SQLite's date
+    # truncation is a Python call per row). Old rows are quarter hours and two hours (see
+    # recording.compact), so a week is at most some thousands of sums per rule.
     totals: dict[str, dict[str, int]] = {}
-    for row in rows.values("rule", "action").annotate(total=Sum("count")):
-        figures = totals.setdefault(row["rule"], dict.fromkeys((*ACTIONS, "total"), 0))
-        figures[row["action"]] += row["total"]
-        figures["total"] += row["total"]
+    points: dict[str, list[int]] = {}
+    sums = rows.values("rule", "action", "minute").annotate(total=Sum("count")).order_by()
+    for point in sums:
+        name, total = point["rule"], point["total"]
+        figures = totals.setdefault(name, dict.fromkeys((*ACTIONS, "total"), 0))
+        figures[point["action"]] += total
+        figures["total"] += total
+        index = (epoch_of(point["minute"]) - start_epoch) // spec.bucket
+        if 0 <= index < n:
+            points.setdefault(name, [0] * n)[index] += total
     by_total = sorted(totals, key=lambda name: (-totals[name]["total"], name))
 
     drawn = by_total[:MAX_SERIES]
-    series = {name: [0] * n for name in drawn}
+    series = {name: points.get(name, [0] * n) for name in drawn}
     if len(by_total) > MAX_SERIES:
-        series[OTHER_RULES] = [0] * n
-    if spec.bucket >= 3600:  # a week: the database sums per hour, not per minute
-        tz = dt_timezone.utc if settings.USE_TZ else None
-        points = rows.annotate(at=TruncHour("minute", tzinfo=tz))
-    else:
-        points = rows.annotate(at=F("minute"))
-    for point in points.values("rule", "at").annotate(total=Sum("count")):
-        index = (epoch_of(point["at"]) - start_epoch) // spec.bucket
-        if 0 <= index < n:
-            name = point["rule"] if point["rule"] in series else OTHER_RULES
-            series[name][index] += point["total"]
+        other = series[OTHER_RULES] = [0] * n
+        for name in by_total[MAX_SERIES:]:
+            for index, total in enumerate(points.get(name, ())):
+                other[index] += total
 
     top = rows.values("rule", "key", "display").annotate(total=Sum("count"), last=Max("minute"))
     top_keys = list(top.order_by("-total", "rule", "display")[:TOP_KEYS])
     recent = list(
         rows.order_by("-minute", "-count", "rule").values(
-            "minute", "rule", "key", "display", "action", "count"
+            "minute", "minutes", "rule", "key", "display", "action", "count"
         )[:RECENT]
     )
     return {

@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
-from .flow import aenforce, aevaluate, enforce, evaluate, finish
+from .flow import (
+    aenforce,
+    aevaluate,
+    arelease_leases,
+    enforce,
+    evaluate,
+    finish,
+    release_leases,
+)
 from .state import SPECS_ATTR, state_of, view_specs
 
 __all__ = [
     "SPECS_ATTR",
     "aenforce",
     "aevaluate",
+    "arelease_leases",
     "enforce",
     "evaluate",
     "finish",
+    "release_leases",
     "state_of",
     "view_specs",
 ]

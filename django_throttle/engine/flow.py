@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.http import HttpResponse, HttpResponseBase
 
-from .. import recording
+from .. import metrics, recording
 from ..audience import counts
+from ..choices import Algorithm
 from ..compiled import CompiledRule
 from ..conf import conf
 from ..decision import Decision, from_results, unavailable
@@ -24,23 +28,33 @@ from ..rules import ScopeSpec, get_rules, request_rules
 from ..signals import request_throttled
 from ..store import Check, Result, get_store
 from ..store.fallback import StoreUnavailable, adecide_guarded, decide_guarded
+from .blocks import Blocked, remember, remembered
+from .giveback import agive_back, give_back, taken
 from .state import state_of
 
 logger = logging.getLogger("django_throttle")
 
+_CONCURRENCY = str(Algorithm.CONCURRENCY)
+
 
 class Gathered:
     """The checks still to decide for a request, the results of rules that already counted
-    it, or a decision already (a rule whose key cannot be computed and that fails closed)."""
+    it, or a decision already (a rule whose key cannot be computed and that fails closed);
+    and the block cache of the rules they come from."""
 
-    __slots__ = ("checks", "earlier", "early")
+    __slots__ = ("blocked", "checks", "earlier", "early")
 
     def __init__(
-        self, checks: list[Check], earlier: list[Result], early: Decision | None = None
+        self,
+        checks: list[Check],
+        earlier: list[Result],
+        early: Decision | None = None,
+        blocked: Blocked | None = None,
     ) -> None:
         self.checks = checks
         self.earlier = earlier
         self.early = early
+        self.blocked = blocked
 
 
 def gather(
@@ -65,9 +79,8 @@ def gather(
     checks: list[Check] = []
     earlier: list[Result] = []
     memo: dict[str, str | None] = {}
-    for rule, rule_cost in request_rules(
-        get_rules(), request, specs, paths=paths, url_name=url_name
-    ):
+    ruleset = get_rules()
+    for rule, rule_cost in request_rules(ruleset, request, specs, paths=paths, url_name=url_name):
         done = counted.get(rule.state_prefix)
         if done is not None and not dry_run:
             earlier.append(done)
@@ -90,7 +103,7 @@ def gather(
                 continue  # this client is exempt from the rule
             rule = own  # this client's own limit, on the same state
         checks.append(Check(rule, who, rule_cost if cost is None else cost))
-    return Gathered(checks, earlier)
+    return Gathered(checks, earlier, blocked=ruleset.blocked)
 
 
 KEY_ERROR_LOG_EVERY = 60.0  # seconds: a broken key function is logged, not once per request
@@ -119,17 +132,50 @@ def _summarize(checks: Sequence[Check], outcome: list[Result] | StoreUnavailable
     return from_results(outcome)
 
 
-def decide(checks: Sequence[Check], dry_run: bool = False) -> Decision:
-    """One store call for these checks (none if there are none)."""
+def decide(
+    checks: Sequence[Check], dry_run: bool = False, blocked: Blocked | None = None
+) -> Decision:
+    """One store call for these checks (none if there are none, or if the block cache knows
+    one of their clients is rejected)."""
     if not checks:
         return Decision(allowed=True)  # a fresh one: callers may keep it
-    return _summarize(checks, decide_guarded(get_store, checks, dry_run))
+    known = _known(checks, dry_run, blocked)
+    if known is not None:
+        return known
+    return _learn(checks, decide_guarded(get_store, checks, dry_run), dry_run, blocked)
 
 
-async def adecide(checks: Sequence[Check], dry_run: bool = False) -> Decision:
+async def adecide(
+    checks: Sequence[Check], dry_run: bool = False, blocked: Blocked | None = None
+) -> Decision:
     if not checks:
         return Decision(allowed=True)  # a fresh one: callers may keep it
-    return _summarize(checks, await adecide_guarded(get_store, checks, dry_run))
+    known = _known(checks, dry_run, blocked)
+    if known is not None:
+        return known
+    return _learn(checks, await adecide_guarded(get_store, checks, dry_run), dry_run, blocked)
+
+
+def _known(checks: Sequence[Check], dry_run: bool, blocked: Blocked | None) -> Decision | None:
+    """The rejection the block cache holds for one of these clients, or None."""
+    if not blocked or dry_run:
+        return None
+    known = remembered(blocked, checks)
+    if known is not None and metrics.switch.on:
+        metrics.block_cache_hit(known.rule or "")
+    return known
+
+
+def _learn(
+    checks: Sequence[Check],
+    outcome: list[Result] | StoreUnavailable,
+    dry_run: bool,
+    blocked: Blocked | None,
+) -> Decision:
+    """The decision of a store call, after the block cache kept its rejections."""
+    if blocked is not None and not dry_run and not isinstance(outcome, StoreUnavailable):
+        remember(blocked, checks, outcome)
+    return _summarize(checks, outcome)
 
 
 def settle(request: Any, gathered: Gathered, decision: Decision, dry_run: bool = False) -> Decision:
@@ -141,6 +187,10 @@ def settle(request: Any, gathered: Gathered, decision: Decision, dry_run: bool =
     if gathered.checks or decision.unavailable:
         for result in decision.results:
             state.counted[result.rule.state_prefix] = result
+            if decision.allowed and result.allowed:
+                state.taken[result.rule.state_prefix] = result
+                if result.rule.algorithm == _CONCURRENCY:
+                    state.leases.append(result)
         state.decisions.append(decision)
         announce(request, decision)
     if gathered.earlier and not decision.unavailable:
@@ -148,10 +198,15 @@ def settle(request: Any, gathered: Gathered, decision: Decision, dry_run: bool =
     return decision
 
 
-def announce(request: Any, decision: Decision) -> None:
-    """Count rejections for the dashboard, and send request_throttled for a rejection and for
-    each would-be rejection of a log-only rule."""
+def announce(request: Any | None, decision: Decision) -> None:
+    """Count rejections for the dashboard and every decision in the metrics, and send
+    request_throttled for a rejection and for each would-be rejection of a log-only rule (not
+    for a key decided without a request: ``request`` None)."""
     recording.note(decision)  # free when admitted
+    if metrics.switch.on:
+        metrics.decided(decision)
+    if request is None:
+        return
     if not decision.allowed and decision.rule is not None:
         request_throttled.send(
             Decision, request=request, rule=decision.rule, decision=decision, shadow=False
@@ -177,7 +232,7 @@ def evaluate(
 ) -> Decision:
     """Decide a request against what applies to it (sync)."""
     gathered = gather(request, specs, paths=paths, url_name=url_name, cost=cost, dry_run=dry_run)
-    decision = gathered.early or decide(gathered.checks, dry_run)
+    decision = gathered.early or decide(gathered.checks, dry_run, gathered.blocked)
     return settle(request, gathered, decision, dry_run)
 
 
@@ -196,7 +251,7 @@ async def aevaluate(
     gathered = await sync_to_async(gather)(
         request, specs, paths=paths, url_name=url_name, cost=cost, dry_run=dry_run
     )
-    decision = gathered.early or await adecide(gathered.checks, dry_run)
+    decision = gathered.early or await adecide(gathered.checks, dry_run, gathered.blocked)
     return settle(request, gathered, decision, dry_run)
 
 
@@ -214,7 +269,13 @@ def enforce(
         return rejected(request, decision)
     wait = delay_of(decision)
     if wait:
-        time.sleep(wait)
+        if not delays.enter():
+            give_back(taken(forget_taken(request, decision)))
+            return rejected(request, turned_away(decision, wait))
+        try:
+            time.sleep(wait)
+        finally:
+            delays.leave()
     return None
 
 
@@ -231,7 +292,13 @@ async def aenforce(
         return rejected(request, decision)
     wait = delay_of(decision)
     if wait:
-        await asyncio.sleep(wait)
+        if not delays.enter():
+            await agive_back(taken(forget_taken(request, decision)))
+            return rejected(request, turned_away(decision, wait))
+        try:
+            await asyncio.sleep(wait)
+        finally:
+            delays.leave()
     return None
 
 
@@ -245,10 +312,73 @@ def delay_of(decision: Decision) -> float:
     return min(decision.delay, longest)
 
 
+class Delays:
+    """How many requests this process holds for delay rules now (MAX_DELAYED caps it)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.held = 0
+
+    def enter(self) -> bool:
+        with self._lock:
+            if self.held >= conf.MAX_DELAYED:
+                return False
+            self.held += 1
+            return True
+
+    def leave(self) -> None:
+        with self._lock:
+            self.held -= 1
+
+
+delays = Delays()
+
+
+def forget_taken(request: Any, decision: Decision) -> list[Result]:
+    """What an admitted decision took, no longer the request's (it is being given back)."""
+    state = state_of(request)
+    given = [r for r in decision.results if state.taken.pop(r.rule.state_prefix, None) is r]
+    state.leases = [lease for lease in state.leases if lease not in given]
+    return given
+
+
+def turned_away(decision: Decision, wait: float) -> Decision:
+    """The 429 of a request admitted with a delay while MAX_DELAYED are held already (what it
+    took was given back): retry once its turn would have come."""
+    remaining = decision.remaining
+    for result in decision.results:
+        if result.rule.name == decision.rule and remaining is not None:
+            remaining += result.cost  # given back
+            break
+    turned = replace(decision, allowed=False, remaining=remaining, retry_after=wait, delay=0.0)
+    recording.note(turned)
+    return turned
+
+
+def release_leases(request: Any) -> None:
+    """End the request's concurrency leases (the response is finished, or never will be)."""
+    state = state_of(request)
+    leases, state.leases = state.leases, []
+    give_back(taken(leases))
+
+
+async def arelease_leases(request: Any) -> None:
+    state = state_of(request)
+    leases, state.leases = state.leases, []
+    await agive_back(taken(leases))
+
+
 def finish(request: Any, response: Any) -> Any:
     """Write the rate-limit headers of the request's decisions on a response that has none:
-    our own 429s have them; a view's response, or a 429 of DRF's, does not."""
-    decision = state_of(request).for_headers()
+    our own 429s have them; a view's response, or a 429 of DRF's, does not. Concurrency
+    leases end when the response is closed (a streaming one: once streamed)."""
+    state = state_of(request)
+    if state.leases and not state.release_armed and isinstance(response, HttpResponseBase):
+        state.release_armed = True
+        # Django calls these from response.close(), which every server calls when the
+        # response is done (WSGI's close(), and ASGIHandler after the last body chunk).
+        response._resource_closers.append(partial(release_leases, request))  # type: ignore[attr-defined]
+    decision = state.for_headers()
     if (
         decision is not None
         and (conf.HEADERS or not decision.allowed)

@@ -15,12 +15,26 @@ SPECS_ATTR = "_throttle_specs"  # on a decorated view: its @throttle scopes, out
 class RequestState:
     """Every decision made for the request, and the result of each rule that counted it."""
 
-    __slots__ = ("counted", "decided_specs", "decisions", "middleware", "paths_decided")
+    __slots__ = (
+        "counted",
+        "decided_specs",
+        "decisions",
+        "leases",
+        "middleware",
+        "paths_decided",
+        "release_armed",
+        "taken",
+    )
 
     def __init__(self) -> None:
         # Rule (by its state prefix) -> its result: a request is counted at most once per
         # rule, whichever entry points (middleware, decorator, check(), DRF) see it.
         self.counted: dict[str, Result] = {}
+        # What admitted decisions committed, by rule (refund() gives it back), and the
+        # concurrency leases the request holds until its response is finished.
+        self.taken: dict[str, Result] = {}
+        self.leases: list[Result] = []
+        self.release_armed = False
         self.decisions: list[Decision] = []
         # @throttle scopes already decided (by id): the decorator skips what the middleware
         # decided, without selecting their rules again.

@@ -86,7 +86,7 @@ def load_rules() -> RuleSet:
             logger.exception(
                 "django_throttle: rule %r cannot be enforced and is skipped", rule.name
             )
-    return RuleSet(compiled)
+    return RuleSet(compiled, block_cache=conf.BLOCK_CACHE)
 
 
 _READ_VERSION = "read the rules version"
@@ -223,6 +223,14 @@ def reset_rule_cache() -> None:
     global _cache
     with _cache_lock:
         _cache = None
+
+
+def clients_reset() -> None:
+    """A client's state was reset: every process forgets the rejections it remembers (the
+    block cache) within RULES_REFRESH, as for a rule change, and this process at once."""
+    cache = rule_cache()
+    cache.invalidate()
+    cache.announce()
 
 
 def rules_changed() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from ..compiled import CompiledRule
 from ..patterns import Matcher
@@ -11,8 +12,13 @@ from ..patterns import Matcher
 class RuleSet:
     """Built once per rule change, so matching a request looks only at rules that can apply."""
 
-    def __init__(self, rules: Iterable[CompiledRule] = ()) -> None:
+    def __init__(self, rules: Iterable[CompiledRule] = (), block_cache: bool = False) -> None:
         self.rules: tuple[CompiledRule, ...] = tuple(rules)
+        # Clients this process saw rejected until a known time, under these rules: state key
+        # -> (until, on the monotonic clock; the rejection). None: BLOCK_CACHE is off. A rule
+        # change (or a reset, which announces itself as one) brings a new RuleSet, so it
+        # starts empty in every process within RULES_REFRESH.
+        self.blocked: dict[str, tuple[float, Any]] | None = {} if block_cache else None
         self._everywhere: list[CompiledRule] = []
         self._prefixes: dict[str, list[CompiledRule]] = {}
         self._regexes: list[tuple[Matcher, CompiledRule]] = []

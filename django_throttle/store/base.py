@@ -36,6 +36,8 @@ class Result:
     retry_after: float
     delay: float
     blocked: bool = False  # rejected by the rule's block duration (until retry_after)
+    at: int = 0  # the store's time of the decision, in microseconds (what a refund undoes)
+    cost: int = 1  # what the check asked for
 
 
 class Store(Protocol):
@@ -45,6 +47,11 @@ class Store(Protocol):
 
     def reset(self, rule: CompiledRule, identity: str) -> None:
         """Forget the state of one client under one rule."""
+        ...
+
+    def refund(self, checks: Sequence[Check], at: int = 0) -> None:
+        """Give back what a decision at ``at`` (the results' ``at``; 0: none known, the newest
+        state) committed for these checks; never below empty. Ends concurrency leases."""
         ...
 
 

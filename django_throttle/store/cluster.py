@@ -32,7 +32,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import AskError, MovedError, NoScriptError, ResponseError
 
 from ..compiled import CompiledRule
-from ..keyspace import ALGORITHM_CODES, BLOCK_SUFFIX, CALENDAR_CODE, client_tag
+from ..keyspace import BLOCK_SUFFIX, client_tag
 from .base import Check, Result, state_key
 from .connections import (
     AsyncConnectionStack,
@@ -46,24 +46,20 @@ from .redis import (
     CLOCK_MISS,
     DECIDE_SHA,
     DECIDE_SOURCE,
+    REFUND_SHA,
+    REFUND_SOURCE,
     REPLY_FIELDS,
-    US,
     CalendarMissError,
     ServerClock,
     decide_input,
     decision_kwargs,
-    load_lua,
     parse_reply,
-    sha1,
+    refund_input,
 )
 
 logger = logging.getLogger("django_throttle")
 
 SLOTS = 16384
-REFUND_SOURCE = load_lua("refund.lua")
-
-
-REFUND_SHA = sha1(REFUND_SOURCE)
 
 
 def slot_of_tag(tag: str) -> int:
@@ -81,21 +77,6 @@ def group_by_slot(checks: Sequence[Check]) -> dict[int, list[int]]:
             slot = slots[check.identity] = slot_of_tag(client_tag(check.identity))
         groups.setdefault(slot, []).append(i)
     return groups
-
-
-def refund_input(checks: Sequence[Check], at_us: int) -> list[Any]:
-    """KEYS and ARGV of refund.lua, with the number of keys first."""
-    keys = [state_key(c.rule, c.identity) for c in checks]
-    args: list[Any] = [at_us]
-    for check in checks:
-        rule = check.rule
-        calendar = rule.calendar
-        if calendar is None:
-            args += (ALGORITHM_CODES[rule.algorithm], rule.limit, rule.period, rule.burst)
-        else:
-            args += (CALENDAR_CODE, rule.limit, rule.period, calendar.encoded(at_us / US))
-        args.append(check.cost)
-    return [len(keys), *keys, *args]
 
 
 def _still_missed(reply: Any) -> Any:
@@ -352,6 +333,13 @@ class ClusterStore:
         key = state_key(rule, identity)
         self.client.delete(key, key + BLOCK_SUFFIX)  # one slot: the client's hash tag
 
+    def refund(self, checks: Sequence[Check], at: int = 0) -> None:
+        if self._stale:
+            self._refresh()
+        for slot, indices in group_by_slot(checks).items():
+            group = [checks[i] for i in indices]
+            self._run(slot, REFUND_SHA, REFUND_SOURCE, refund_input(group, at))
+
 
 class AsyncClusterStore:
     """The same through redis.asyncio's RedisCluster; groups are awaited together."""
@@ -511,3 +499,15 @@ class AsyncClusterStore:
     async def reset(self, rule: CompiledRule, identity: str) -> None:
         key = state_key(rule, identity)
         await self.client.delete(key, key + BLOCK_SUFFIX)
+
+    async def refund(self, checks: Sequence[Check], at: int = 0) -> None:
+        if self._stale or not self._ready:
+            await self._refresh()
+        await asyncio.gather(
+            *(
+                self._run(
+                    slot, REFUND_SHA, REFUND_SOURCE, refund_input([checks[i] for i in ix], at)
+                )
+                for slot, ix in group_by_slot(checks).items()
+            )
+        )

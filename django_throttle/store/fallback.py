@@ -9,16 +9,18 @@ reported unavailable, which the caller answers with 503.
 from __future__ import annotations
 
 import asyncio
+import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 from redis.exceptions import TryAgainError
 
+from .. import metrics
 from ..compiled import CompiledRule
 from ..conf import conf
 from .base import Check, Result, Store
-from .breaker import Breaker
+from .breaker import CLOSED, Breaker
 from .cluster import AsyncClusterStore
 from .errors import STORE_ERRORS
 from .memory import MemoryStore
@@ -49,7 +51,15 @@ def _unavailable(checks: Sequence[Check], dry_run: bool) -> StoreUnavailable:
         open_checks = [c for c in checks if not fails_closed(c.rule)]
         if open_checks:
             results = local_fallback.decide(open_checks, dry_run)
+            if not dry_run and metrics.switch.on:
+                metrics.fallback_decided(results)
     return StoreUnavailable(results, breaker.retry_after)
+
+
+def _breaker_moved() -> None:
+    """Show the breaker's state on the store_available gauge."""
+    if metrics.switch.on:
+        metrics.store_state(lambda: breaker.state == CLOSED)
 
 
 def decide_guarded(
@@ -58,17 +68,26 @@ def decide_guarded(
     token = breaker.allow()
     if token is None:
         return _unavailable(checks, dry_run)
+    timed = metrics.switch.on
+    start = time.perf_counter() if timed else 0.0
     try:
-        results = store_of().decide(checks, dry_run)
+        try:
+            results = store_of().decide(checks, dry_run)
+        finally:
+            if timed:
+                metrics.store_timed(time.perf_counter() - start)
     except TryAgainError:
         return _unavailable(checks, dry_run)  # a slot migrating: this request only
     except STORE_ERRORS as exc:
         breaker.failed(exc, token)
+        _breaker_moved()
         return _unavailable(checks, dry_run)
     except BaseException:
         breaker.abandoned(token)  # interrupted: no verdict on the store, never a stuck probe
         raise
-    breaker.succeeded(token)
+    if breaker.state != CLOSED:  # this call may be the probe that closes the breaker
+        breaker.succeeded(token)
+        _breaker_moved()
     return results
 
 
@@ -89,7 +108,8 @@ async def _close_with_loop(store: AsyncStore) -> AsyncIterator[None]:
         await store.aclose()
 
 
-async def _async_store() -> AsyncStore:
+async def async_store() -> AsyncStore:
+    """The running event loop's asyncio store, made on first use, closed with the loop."""
     loop = asyncio.get_running_loop()
     entry = _async_stores.get(loop)
     if entry is None:
@@ -105,10 +125,13 @@ async def _async_store() -> AsyncStore:
 
 
 def reset_fallback() -> None:
-    """Forget async clients, the breaker's state and the local fallback's counters."""
+    """Forget async clients, the breaker's state and the local fallback's counters, and read
+    METRICS again."""
     _async_stores.clear()
     breaker.reset()
     local_fallback.clear()
+    metrics.reconfigure()  # a settings change resets the store: METRICS may have changed too
+    _breaker_moved()
 
 
 async def adecide_guarded(
@@ -119,17 +142,26 @@ async def adecide_guarded(
     token = breaker.allow()
     if token is None:
         return _unavailable(checks, dry_run)
+    timed = metrics.switch.on
+    start = time.perf_counter() if timed else 0.0
     try:
-        results = await (await _async_store()).decide(checks, dry_run)
+        try:
+            results = await (await async_store()).decide(checks, dry_run)
+        finally:
+            if timed:
+                metrics.store_timed(time.perf_counter() - start)
     except TryAgainError:
         return _unavailable(checks, dry_run)
     except STORE_ERRORS as exc:
         breaker.failed(exc, token)
+        _breaker_moved()
         return _unavailable(checks, dry_run)
     except BaseException:
         # CancelledError: the client went away (Django cancels the view) or a timeout
         # cancelled the task while it waited on Redis.
         breaker.abandoned(token)
         raise
-    breaker.succeeded(token)
+    if breaker.state != CLOSED:
+        breaker.succeeded(token)
+        _breaker_moved()
     return results

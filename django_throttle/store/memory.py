@@ -29,6 +29,18 @@ def _clamp(value: float) -> int:
     return 0 if value < 0 else math.floor(value + 1e-9)
 
 
+def _without(entries: list[int], at: int, cost: int) -> list[int]:
+    """A log without the ``cost`` entries a decision at ``at`` added (0: the newest)."""
+    if not at:
+        return entries[: max(0, len(entries) - cost)]
+    kept = list(entries)
+    for _ in range(cost):
+        if at not in kept:
+            break
+        kept.pop(len(kept) - 1 - kept[::-1].index(at))
+    return kept
+
+
 def _now_us() -> int:
     return time.time_ns() // 1000
 
@@ -96,9 +108,47 @@ class MemoryStore:
                         retry_after=math.ceil(retry) / US,
                         delay=math.ceil(delay) / US,
                         blocked=blocked,
+                        at=now,
+                        cost=check.cost,
                     )
                 )
             return results
+
+    def refund(self, checks: Sequence[Check], at: int = 0) -> None:
+        """refund.lua's semantics: the decision's window, its log entries, the bucket's time."""
+        with self._lock:
+            now = self._clock()
+            moment = at or now
+            for check in checks:
+                rule = check.rule
+                key = state_key(rule, check.identity)
+                entry = self._state.get(key)
+                if entry is None or entry[1] <= now:
+                    continue
+                state, cost = entry[0], check.cost
+                algorithm = rule.algorithm
+                if algorithm == Algorithm.FIXED_WINDOW:
+                    w = (
+                        rule.calendar.window(moment // US)[0]
+                        if rule.calendar is not None
+                        else (moment // US) // rule.period
+                    )
+                    if state[0] == w:
+                        entry[0] = (w, max(0, state[1] - cost))
+                elif algorithm == Algorithm.SLIDING_WINDOW_COUNTER:
+                    w = (moment // US) // rule.period
+                    if state[0] == w:
+                        entry[0] = (w, max(0, state[1] - cost), state[2])
+                    elif state[0] == w + 1:
+                        entry[0] = (state[0], state[1], max(0, state[2] - cost))
+                elif algorithm in (Algorithm.SLIDING_WINDOW_LOG, Algorithm.CONCURRENCY):
+                    entry[0] = _without(state, at, cost)
+                else:
+                    back = state - math.floor(cost * rule.period * US / rule.limit)
+                    if back <= now:
+                        del self._state[key]
+                    else:
+                        entry[0], entry[1] = back, back
 
     def reset(self, rule: CompiledRule, identity: str) -> None:
         with self._lock:
@@ -169,6 +219,12 @@ class MemoryStore:
             return self._fixed_window(key, now, limit, window, cost)
         if algorithm == Algorithm.SLIDING_WINDOW_LOG:
             return self._sliding_window_log(key, now, limit, period, cost)
+        if algorithm == Algorithm.CONCURRENCY:
+            # The log's state, whose entries (leases) refund() ends early.
+            ok, rem_after, rem_now, reset_after, retry, delay, write = self._sliding_window_log(
+                key, now, limit, period, cost
+            )
+            return ok, rem_after, rem_now, reset_after, min(retry, US), delay, write
         if algorithm == Algorithm.SLIDING_WINDOW_COUNTER:
             return self._sliding_window_counter(key, now, limit, period, cost)
         return self._bucket(

@@ -85,6 +85,10 @@ class RedisStore:
         key = state_key(rule, identity)
         self.client.delete(key, key + BLOCK_SUFFIX)
 
+    def refund(self, checks: Sequence[Check], at: int = 0) -> None:
+        if checks:
+            self._run(REFUND_SHA, REFUND_SOURCE, *refund_input(checks, at))
+
 
 class AsyncRedisStore:
     """The same decisions through redis.asyncio, so an ASGI event loop never blocks on Redis."""
@@ -110,19 +114,27 @@ class AsyncRedisStore:
     async def decide(self, checks: Sequence[Check], dry_run: bool = False) -> list[Result]:
         if not checks:
             return []
-        reply = await self._run(decide_input(checks, dry_run, self.clock))
+        reply = await self._run(
+            DECIDE_SHA, DECIDE_SOURCE, decide_input(checks, dry_run, self.clock)
+        )
         if self.clock.missed(reply):
-            reply = await self._run(decide_input(checks, dry_run, self.clock))
+            reply = await self._run(
+                DECIDE_SHA, DECIDE_SOURCE, decide_input(checks, dry_run, self.clock)
+            )
         return parse_reply(checks, reply)
 
-    async def _run(self, args: list[Any]) -> Any:
+    async def refund(self, checks: Sequence[Check], at: int = 0) -> None:
+        if checks:
+            await self._run(REFUND_SHA, REFUND_SOURCE, refund_input(checks, at))
+
+    async def _run(self, sha: str, source: str, args: list[Any]) -> Any:
         if self._stack is not None:
-            return await self._stack.run_script(DECIDE_SHA, DECIDE_SOURCE, *args)
+            return await self._stack.run_script(sha, source, *args)
         try:
-            return await self.client.evalsha(DECIDE_SHA, *args)
+            return await self.client.evalsha(sha, *args)
         except NoScriptError:
-            await self.client.script_load(DECIDE_SOURCE)
-            return await self.client.evalsha(DECIDE_SHA, *args)
+            await self.client.script_load(source)
+            return await self.client.evalsha(sha, *args)
 
     async def reset(self, rule: CompiledRule, identity: str) -> None:
         key = state_key(rule, identity)
@@ -319,6 +331,8 @@ def parse_reply(checks: Sequence[Check], reply: Sequence[int]) -> list[Result]:
                 retry_after=retry_after / US,
                 delay=delay / US,
                 blocked=blocked == 1,
+                at=reply[0],
+                cost=check.cost,
             )
         )
     return results
@@ -328,5 +342,23 @@ def sha1(source: str) -> str:
     return hashlib.sha1(source.encode("utf-8")).hexdigest()
 
 
+def refund_input(checks: Sequence[Check], at_us: int) -> list[Any]:
+    """The number of keys, KEYS and ARGV of refund.lua (see its header)."""
+    keys = [state_key(c.rule, c.identity) for c in checks]
+    args: list[Any] = [at_us]
+    moment = at_us / US if at_us else time.time()
+    for check in checks:
+        rule = check.rule
+        calendar = rule.calendar
+        if calendar is None:
+            args += (ALGORITHM_CODES[rule.algorithm], rule.limit, rule.period, rule.burst)
+        else:
+            args += (CALENDAR_CODE, rule.limit, rule.period, calendar.encoded(moment))
+        args.append(check.cost)
+    return [len(keys), *keys, *args]
+
+
 DECIDE_SOURCE = load_lua("decide.lua")
 DECIDE_SHA = sha1(DECIDE_SOURCE)
+REFUND_SOURCE = load_lua("refund.lua")
+REFUND_SHA = sha1(REFUND_SOURCE)

@@ -1,4 +1,4 @@
-"""Persist the rejection counts buffered in this process now, and prune if due."""
+"""Write every process's rejection counts to the database now, and prune and compact if due."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ from django_throttle.recording import flush
 
 class Command(BaseCommand):
     help = (
-        "Persist the rejection counts buffered in this process now (each process also does it "
-        "every FLUSH_INTERVAL seconds and at exit); useful from scripts that ran requests "
-        "in-process, through call_command."
+        "Write the rejection counts of every process to the database now: those each process "
+        "hands to Redis every second, and this process's own (each process also writes them "
+        "every FLUSH_INTERVAL seconds and at exit). With the memory backend, only this "
+        "process's: useful from scripts that ran requests in-process, through call_command."
     )
 
     def handle(self, *args: Any, **options: Any) -> None:

@@ -1,4 +1,4 @@
-"""Delete rejection counts older than RETENTION_DAYS (or --days)."""
+"""Delete rejection counts older than RETENTION_DAYS (or --days), and compact the rest."""
 
 from __future__ import annotations
 
@@ -8,11 +8,14 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from django_throttle.conf import conf
-from django_throttle.recording import prune
+from django_throttle.recording import compact, prune
 
 
 class Command(BaseCommand):
-    help = "Delete rejection counts older than DJANGO_THROTTLE['RETENTION_DAYS'] days."
+    help = (
+        "Delete rejection counts older than DJANGO_THROTTLE['RETENTION_DAYS'] days, and merge "
+        "those past the dashboard's hour into quarter hours and past its day into two hours."
+    )
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument(
@@ -23,3 +26,5 @@ class Command(BaseCommand):
         days = conf.RETENTION_DAYS if days is None else days
         deleted = prune(days)
         self.stdout.write(f"Deleted {deleted} rejection row(s) older than {days} days.")
+        merged = compact()
+        self.stdout.write(f"Merged {merged} rejection row(s) into longer periods.")

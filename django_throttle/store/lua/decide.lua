@@ -17,7 +17,9 @@
 --          algorithm codes: f fixed window, k calendar window (a fixed window of
 --          weeks or months, whose burst is instead the starts of four consecutive
 --          windows in epoch seconds, "s1:s2:s3:s4"), l sliding window log,
---          c sliding window counter, t token bucket, b leaky bucket
+--          c sliding window counter, t token bucket, b leaky bucket,
+--          n concurrency (the log's state: one entry per request in flight, a lease
+--          of one period, removed by refund.lua when the request is finished)
 -- Returns  {now_us, admitted, then for each check: allowed, remaining,
 --          reset_after_us, retry_after_us, delay_us, blocked (1 while blocked)};
 --          {now_us, -1} with nothing written when the server's time is in none of
@@ -165,8 +167,9 @@ for i = 1, n do
       end
     end
 
-  elseif code == 'l' then
+  elseif code == 'l' or code == 'n' then
     -- Sliding window log: a sorted set, one entry per unit of cost, scored by time.
+    -- Concurrency: the same set, whose entries are leases ended early by a refund.
     local floor = now - period
     local count = redis.call('ZCOUNT', key, '(' .. string.format('%d', floor), '+inf')
     rem_now = clamp(limit - count)
@@ -192,6 +195,8 @@ for i = 1, n do
           '+inf', 'WITHSCORES', 'LIMIT', count + cost - limit - 1, 1)
         retry = tonumber(nth[2]) + period - now
       end
+      -- A lease usually ends long before it expires: ask again soon.
+      if code == 'n' and retry > 1000000 then retry = 1000000 end
     end
 
   else

@@ -1,20 +1,27 @@
 -- refund.lua: give back what decide.lua committed for some checks.
 --
--- On a Redis Cluster the checks of one request can live in several slots, so
--- they are decided by one decide.lua call per slot group. When a request is
--- rejected in one group after another group committed it, this script takes
--- the committed counts back, so a rejected request consumes nothing. A refund
--- never takes a state below empty and keeps each key's TTL.
+-- Used when a request is rejected in one slot group of a Redis Cluster after
+-- another group committed it (so a rejected request consumes nothing), by
+-- refund() and refund_key() (an attempt counted before it happened that turned
+-- out fine), and to end a concurrency lease when its request is finished. A
+-- refund never takes a state below empty and keeps each key's TTL.
 --
 -- KEYS[i]  state key of check i
--- ARGV[1]  the time of the decision to undo, in microseconds (decide.lua's now_us)
+-- ARGV[1]  the time of the decision to undo, in microseconds (decide.lua's now_us),
+--          or 0: no decision known, give back from the newest state
 -- ARGV[2 + 5*(i-1) ...]  for check i: algorithm code, limit, period (seconds),
 --          burst (a calendar window's starts), cost, as given to decide.lua
 -- Returns  the number of keys changed
 
 local at = tonumber(ARGV[1])
-local at_s = math.floor(at / 1000000)
 local now = nil
+local newest = at == 0
+if newest then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  at = now
+end
+local at_s = math.floor(at / 1000000)
 local changed = 0
 
 for i = 1, #KEYS do
@@ -56,7 +63,11 @@ for i = 1, #KEYS do
       end
     end
 
-  elseif code == 'l' then
+  elseif (code == 'l' or code == 'n') and newest then
+    -- No decision time: the newest entries go (the same count, a moment younger).
+    if #redis.call('ZPOPMAX', key, cost) > 0 then changed = changed + 1 end
+
+  elseif code == 'l' or code == 'n' then
     -- The decision logged its units at its own microsecond, after any entries
     -- already there: the last ones at that score are its own.
     local stamp = string.format('%d', at)

@@ -1,0 +1,156 @@
+"""What a flood from one rejected client costs Redis, with the block cache and without.
+
+    .venv/bin/python bench/blocks.py [--requests 10000]
+
+Run from the repository root. Django's WSGI handler with ThrottleMiddleware runs in this
+process, pinned to CPU 0 beside its own redis-server (``taskset -c 0``). One client sends
+``--requests`` requests in a row to a path whose rule admits 10 per hour (so all but the
+first 10 are rejected until the hour ends), then as many to a rule of 10 per second (a
+rejection period of under a second, several windows in the run). Printed per setting
+(BLOCK_CACHE on, off): decisions the process sent to Redis (its store's calls, counted in
+the process), the rule's windows the flood spanned (by the server's clock), decisions per
+window beyond the admitted ones, and the median time of a rejected request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any
+
+import harness
+
+THROTTLE = "django_throttle.middleware.ThrottleMiddleware"
+urlpatterns: list[Any] = []  # this module is the ROOT_URLCONF
+
+
+def urls() -> None:
+    from django.http import HttpResponse
+    from django.urls import path
+
+    def plain(request: Any) -> HttpResponse:
+        return HttpResponse("ok")
+
+    urlpatterns[:] = [path("hourly/", plain), path("per-second/", plain)]
+
+
+class CountedDecisions:
+    """Counts the decisions the process sends to Redis (other scripts, such as the rejection
+    log's pushes, are EVALSHA calls too, so INFO commandstats cannot tell them apart)."""
+
+    def __init__(self) -> None:
+        from django_throttle.store import RedisStore
+
+        self.calls = 0
+        decide = RedisStore.decide
+
+        def counted(store: Any, *args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            return decide(store, *args, **kwargs)
+
+        RedisStore.decide = counted  # type: ignore[method-assign]
+
+
+def server_seconds(client: Any) -> float:
+    seconds, micros = client.time()
+    return float(seconds) + micros / 1e6
+
+
+def flood(app: Any, path: str, requests: int) -> tuple[int, list[float], float]:
+    """(admitted, µs of each rejected request, seconds the flood took)."""
+    from django.test import RequestFactory
+
+    environ = RequestFactory().get(path, REMOTE_ADDR="198.18.0.1").environ
+    admitted = 0
+    rejected: list[float] = []
+    started = time.perf_counter()
+    for _ in range(requests):
+        before = time.perf_counter_ns()
+        response = app(dict(environ), lambda status, headers, exc_info=None: None)
+        spent = (time.perf_counter_ns() - before) / 1000
+        if response.status_code == 429:
+            rejected.append(spent)
+        else:
+            assert response.status_code == 200, response.status_code
+            admitted += 1
+    return admitted, rejected, time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=10_000)
+    options = parser.parse_args()
+    with harness.RedisServer(cpu=0) as server:
+        harness.pin_client(0)
+        harness.configure_django(
+            server.url,
+            apps=["django_throttle"],
+            migrate=True,
+            database="file:blocks?mode=memory&cache=shared",  # the recorder's thread sees it
+            ROOT_URLCONF=__name__,
+            MIDDLEWARE=[THROTTLE],
+            DEBUG_PROPAGATE_EXCEPTIONS=True,
+            TEMPLATES=[
+                {"BACKEND": "django.template.backends.django.DjangoTemplates", "APP_DIRS": True}
+            ],
+        )
+        urls()
+        harness.create_rules([("/hourly/", "fixed_window", 10, "hour")])
+        harness.create_rules([("/per-second/", "fixed_window", 10, "second")])
+        import redis
+        from django.conf import settings
+        from django.core.handlers.wsgi import WSGIHandler
+
+        from django_throttle.rules import reset_rule_cache
+
+        client = redis.Redis.from_url(server.url)
+        decisions = CountedDecisions()
+        rows = []
+        for block_cache in (True, False):
+            settings.DJANGO_THROTTLE = {**settings.DJANGO_THROTTLE, "BLOCK_CACHE": block_cache}
+            reset_rule_cache()
+            app = WSGIHandler()
+            for path, period in (("/hourly/", 3600.0), ("/per-second/", 1.0)):
+                client.flushdb()
+                calls = decisions.calls
+                first = server_seconds(client)
+                admitted, rejected, _ = flood(app, path, options.requests)
+                last = server_seconds(client)
+                calls = decisions.calls - calls
+                periods = int(last // period) - int(first // period) + 1  # windows spanned
+                rows.append(
+                    (
+                        "on" if block_cache else "off",
+                        f"{path} (10 per {'hour' if period == 3600 else 'second'})",
+                        options.requests,
+                        admitted,
+                        calls,
+                        periods,
+                        f"{(calls - admitted) / periods:.1f}",
+                        f"{statistics.median(rejected):.1f}",
+                    )
+                )
+        client.close()
+        from django_throttle import recording
+
+        recording.collect()  # while the server is up: nothing left for the exit's flush
+        harness.print_machine()
+        print(f"\n## A flood from one client, {options.requests} requests per row\n")
+        harness.table(
+            (
+                "BLOCK_CACHE",
+                "rule",
+                "requests",
+                "admitted",
+                "decisions sent to Redis",
+                "rejection periods",
+                "rejection calls per period",
+                "median µs of a rejection",
+            ),
+            rows,
+        )
+
+
+if __name__ == "__main__":
+    main()

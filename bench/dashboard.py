@@ -1,0 +1,350 @@
+"""The admin dashboard's response time with 1,000,000 rejection rows.
+
+    .venv/bin/python bench/dashboard.py [--rows N] [--rules R] [--postgres] [--repeat K]
+
+Run from the repository root. Fills ``django_throttle_rejection`` (SQLite in a temporary
+file, or with ``--postgres`` a database ``throttle_bench`` created on the PostgreSQL of
+``PGHOST``/``PGPORT``/``PGUSER``, default 127.0.0.1:5432 as postgres, and dropped at the end)
+with N rows as the rejection log keeps them under a flood that never stops: every period
+holds as many clients by name as the log keeps (``NAMED_PER_PERIOD``, ``NAMED_PER_RULE``),
+and each rule its ``(other clients)`` row; minutes for the last hour, quarter hours for the
+last day, two hours before that (``recording.LEVELS``), going back as far as N rows reach,
+over R rules (default 3: about a year). The clients recur from period to period, as attackers do,
+so the top clients are a real ranking.
+
+Then it times the dashboard through the real admin view (Django's test client, a logged-in
+superuser; the page renders its template and first collects the counts waiting in Redis,
+from the bench's own redis-server): the last hour, day and week, for all rules and for one,
+K times each (default 5) after one warm-up; and one ``compact()`` pass over the full table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import harness
+
+urlpatterns: list[Any] = []  # this module is the ROOT_URLCONF; filled in by configure()
+
+POOL = 20_000  # distinct clients the flood comes from
+PG_NAME = "throttle_bench"
+
+
+def configure(redis_url: str, database: dict[str, Any]) -> None:
+    import django
+    from django.conf import settings
+
+    settings.configure(
+        DEBUG=False,
+        SECRET_KEY="bench-not-secret",
+        USE_TZ=True,
+        ALLOWED_HOSTS=["*"],
+        INSTALLED_APPS=[
+            "django.contrib.admin",
+            "django.contrib.auth",
+            "django.contrib.contenttypes",
+            "django.contrib.sessions",
+            "django.contrib.messages",
+            "django_throttle",
+        ],
+        MIDDLEWARE=[
+            "django.contrib.sessions.middleware.SessionMiddleware",
+            "django.contrib.auth.middleware.AuthenticationMiddleware",
+            "django.contrib.messages.middleware.MessageMiddleware",
+        ],
+        TEMPLATES=[
+            {
+                "BACKEND": "django.template.backends.django.DjangoTemplates",
+                "APP_DIRS": True,
+                "OPTIONS": {
+                    "context_processors": [
+                        "django.template.context_processors.request",
+                        "django.contrib.auth.context_processors.auth",
+                        "django.contrib.messages.context_processors.messages",
+                    ]
+                },
+            }
+        ],
+        DATABASES={"default": database},
+        CACHES={"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": redis_url}},
+        DJANGO_THROTTLE={"BACKEND": "redis", "TIMEOUT": 1.0, "CONNECT_TIMEOUT": 1.0},
+        ROOT_URLCONF=__name__,
+        STATIC_URL="static/",
+        DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
+        PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"],
+    )
+    django.setup()
+    from django.contrib import admin
+    from django.urls import path
+
+    urlpatterns[:] = [path("admin/", admin.site.urls)]
+
+
+def postgres(admin_db: str = "postgres") -> dict[str, Any]:
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": admin_db,
+        "USER": os.environ.get("PGUSER", "postgres"),
+        "HOST": os.environ.get("PGHOST", "127.0.0.1"),
+        "PORT": os.environ.get("PGPORT", "5432"),
+    }
+
+
+def recreate_postgres_database(drop_only: bool = False) -> None:
+    import psycopg
+
+    config = postgres()
+    with psycopg.connect(
+        dbname="postgres",
+        user=config["USER"],
+        host=config["HOST"],
+        port=config["PORT"],
+        autocommit=True,
+    ) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {PG_NAME}")
+        if not drop_only:
+            conn.execute(f"CREATE DATABASE {PG_NAME}")
+
+
+# -- the rows -------------------------------------------------------------------------------
+
+
+def periods(now: int) -> Iterator[tuple[int, int]]:
+    """(start, minutes) of every period of one rule, newest first, as the log keeps them."""
+    from django_throttle.recording import LEVELS
+
+    two_hours, quarters = LEVELS  # the longest level first
+    cut_quarters = int(now - quarters.after) // (quarters.minutes * 60) * quarters.minutes * 60
+    cut_two_hours = int(now - two_hours.after) // (two_hours.minutes * 60) * two_hours.minutes * 60
+    start = now // 60 * 60
+    while start >= cut_quarters:
+        yield start, 1
+        start -= 60
+    start = cut_quarters - quarters.minutes * 60
+    while start >= cut_two_hours:
+        yield start, quarters.minutes
+        start -= quarters.minutes * 60
+    start = cut_two_hours - two_hours.minutes * 60
+    while True:
+        yield start, two_hours.minutes
+        start -= two_hours.minutes * 60
+
+
+def rows(total: int, rules: int, now: int) -> Iterator[tuple[Any, ...]]:
+    """``total`` rows (rule, key, display, action, minute, minutes, count), newest period
+    first, every period as full as the log lets it be: in a minute, each rule names its
+    floor (NAMED_PER_RULE) and the rules share the minute's budget (NAMED_PER_PERIOD) on
+    top, as push.lua allows at most; in a longer period, the larger of the two, as
+    compaction keeps; plus each rule's ``(other clients)``."""
+    from datetime import datetime, timezone
+
+    from django_throttle.recording import (
+        NAMED_PER_PERIOD,
+        NAMED_PER_RULE,
+        OVERFLOW_DISPLAY,
+        OVERFLOW_KEY,
+    )
+    from django_throttle.store import digest
+
+    clients = [f"ip:198.18.{i // 256}.{i % 256}" for i in range(POOL)]
+    digests = [digest(c) for c in clients]
+    shares = [NAMED_PER_PERIOD // rules + (r < NAMED_PER_PERIOD % rules) for r in range(rules)]
+    made = 0
+    for number, (start, minutes) in enumerate(periods(now)):
+        when = datetime.fromtimestamp(start, tz=timezone.utc)
+        for r in range(rules):
+            named = shares[r] + NAMED_PER_RULE if minutes == 1 else max(shares[r], NAMED_PER_RULE)
+            name = f"rule-{r:02d}"
+            # The heavy hitters of the flood first, then a crowd that shifts every period.
+            for i in range(named):
+                c = i if i < 10 else 10 + (number * 37 + r * 7919 + i * 101) % (POOL - 10)
+                count = max(1, 600 // (i + 1)) * minutes
+                yield (name, digests[c], clients[c], "reject", when, minutes, count)
+                made += 1
+                if made == total:
+                    return
+            yield (name, OVERFLOW_KEY, OVERFLOW_DISPLAY, "reject", when, minutes, 500 * minutes)
+            made += 1
+            if made == total:
+                return
+
+
+def unbounded_rows(total: int, rules: int, now: int) -> Iterator[tuple[Any, ...]]:
+    """``total`` rows in the last hour as the log wrote them before it bounded a period (and
+    as rows written around it are): every minute, every rule, as many distinct clients as
+    it takes."""
+    from datetime import datetime, timezone
+
+    from django_throttle.store import digest
+
+    per_minute = -(-total // (60 * rules))
+    made = 0
+    for ago in range(60):
+        when = datetime.fromtimestamp((now // 60 - ago) * 60, tz=timezone.utc)
+        for r in range(rules):
+            for i in range(per_minute):
+                n = i if i < 10 else ago * per_minute + i
+                client = f"ip:10.{n // 65536 % 256}.{n // 256 % 256}.{n % 256}"
+                count = 50 if i < 10 else 1
+                yield (f"rule-{r:02d}", digest(client), client, "reject", when, 1, count)
+                made += 1
+                if made == total:
+                    return
+
+
+def fill(total: int, rules: int, now: int, unbounded: bool = False) -> float:
+    from django.db import connection, transaction
+
+    from django_throttle.models import Rejection
+
+    table = Rejection._meta.db_table
+    source = (unbounded_rows if unbounded else rows)(total, rules, now)
+    columns = "rule, key, display, action, minute, minutes, count"
+    began = time.perf_counter()
+    with transaction.atomic(), connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            raw = cursor.cursor  # psycopg's own: COPY
+            with raw.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+                for row in source:
+                    copy.write_row(row)
+        else:
+            batch: list[tuple[Any, ...]] = []
+            sql = f"INSERT INTO {table} ({columns}) VALUES (%s, %s, %s, %s, %s, %s, %s)"
+            adapt = connection.ops.adapt_datetimefield_value
+            for row in source:
+                batch.append((*row[:4], adapt(row[4]), *row[5:]))
+                if len(batch) == 10_000:
+                    cursor.executemany(sql, batch)
+                    batch = []
+            if batch:
+                cursor.executemany(sql, batch)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+    return time.perf_counter() - began
+
+
+# -- timing -----------------------------------------------------------------------------------
+
+
+def time_views(repeat: int, user_exists: bool = False) -> list[tuple[str, ...]]:
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    from django_throttle.dashboard.queries import dashboard_data
+    from django_throttle.models import Rejection
+
+    users = get_user_model().objects
+    user = (
+        users.get(username="bench")
+        if user_exists
+        else users.create_superuser("bench", "bench@example.com", "pw")
+    )
+    client = Client()
+    client.force_login(user)
+    out = []
+    for period in ("hour", "day", "week"):
+        for rule in ("", "rule-00"):
+            url = f"/admin/django_throttle/dashboard/?period={period}"
+            url += f"&rule={rule}" if rule else ""
+            data = dashboard_data(rule or None, period)
+            period_rows = Rejection.objects.filter(minute__gte=data["start"])
+            if rule:
+                period_rows = period_rows.filter(rule=rule)
+            samples = []
+            for attempt in range(repeat + 1):
+                began = time.perf_counter()
+                response = client.get(url)
+                elapsed = time.perf_counter() - began
+                assert response.status_code == 200, response.status_code
+                if attempt:  # the first one warms the caches
+                    samples.append(elapsed * 1000)
+            total = sum(t["total"] for t in data["totals"])
+            out.append(
+                (
+                    period,
+                    rule or "all rules",
+                    f"{period_rows.count():,}",
+                    f"{total:,}",
+                    f"{statistics.median(samples):.0f}",
+                    f"{max(samples):.0f}",
+                )
+            )
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--rules", type=int, default=3)
+    parser.add_argument("--postgres", action="store_true", help="PostgreSQL instead of SQLite")
+    parser.add_argument("--repeat", type=int, default=5, help="timed requests per view")
+    parser.add_argument(
+        "--unbounded",
+        action="store_true",
+        help="rows as written before the log was bounded, all in the last hour (default 5 "
+        "rules); timed before and after one compact()",
+    )
+    args = parser.parse_args()
+    if args.unbounded and "--rules" not in sys.argv:
+        args.rules = 5
+
+    directory = tempfile.mkdtemp(prefix="bench-dashboard-")
+    if args.postgres:
+        recreate_postgres_database()
+        database = postgres(PG_NAME)
+    else:
+        database = {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": os.path.join(directory, "db.sqlite3"),
+        }
+    try:
+        with harness.RedisServer() as server:
+            configure(server.url, database)
+            from django.core.management import call_command
+            from django.db import connection
+
+            from django_throttle.models import Rejection
+            from django_throttle.recording import compact
+
+            call_command("migrate", verbosity=0)
+            now = int(time.time())
+            seconds = fill(args.rows, args.rules, now, args.unbounded)
+            oldest = Rejection.objects.order_by("minute").values_list("minute", flat=True)[0]
+            engine = (
+                f"PostgreSQL {connection.pg_version // 10000}"
+                if args.postgres
+                else f"SQLite {sys.modules['sqlite3'].sqlite_version}"
+            )
+            harness.print_machine(*(["psycopg"] if args.postgres else []))
+            shape = "written unbounded" if args.unbounded else "as the log keeps them"
+            print(
+                f"\n## Dashboard on {engine}: {Rejection.objects.count():,} rows {shape}, "
+                f"{args.rules} rules, since {oldest:%Y-%m-%d %H:%M} UTC "
+                f"(filled in {seconds:.0f} s)\n"
+            )
+            header = ("period", "rule", "rows in period", "rejections", "median ms", "max ms")
+            harness.table(header, time_views(args.repeat))
+            began = time.perf_counter()
+            merged = compact(now=now)
+            print(
+                f"\ncompact() over the whole table: {merged:,} rows merged "
+                f"in {(time.perf_counter() - began) * 1000:.0f} ms"
+            )
+            if args.unbounded:
+                print(f"\n### After that compact(): {Rejection.objects.count():,} rows\n")
+                harness.table(header, time_views(args.repeat, user_exists=True))
+            connection.close()
+    finally:
+        if args.postgres:
+            recreate_postgres_database(drop_only=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,293 @@
+"""Prometheus metrics, in prometheus_client's default registry.
+
+The default registry is what django-prometheus's ``/metrics`` view and prometheus_client's
+own exporters (``start_http_server``, ``make_wsgi_app``) expose, so no wiring is needed.
+Under ``PROMETHEUS_MULTIPROC_DIR`` the values go to prometheus_client's per-process files
+like any other metric.
+
+``METRICS`` (True, False or "auto": on when prometheus_client imports) is read at the first
+hook after start-up and after every settings change (``reconfigure()``), then kept as a
+plain attribute, ``switch.on``: a hook costs one attribute read while metrics are off. The
+instruments are created once per process, at first use, and kept: a settings change turns
+recording on or off but never registers them twice.
+
+Nothing here looks anything up: callers hand over what happened (a decision, a duration,
+the breaker's state), and a failure to record never reaches the request.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Protocol
+
+from .conf import conf
+
+if TYPE_CHECKING:
+    from prometheus_client import Counter
+
+logger = logging.getLogger("django_throttle")
+
+DECISIONS = "django_throttle_decisions_total"
+STORE_SECONDS = "django_throttle_store_seconds"
+STORE_AVAILABLE = "django_throttle_store_available"
+FALLBACK_DECISIONS = "django_throttle_fallback_decisions_total"
+BLOCK_CACHE_DECISIONS = "django_throttle_block_cache_decisions_total"
+LOG_FLUSHES = "django_throttle_log_flushes_total"
+
+ALLOWED, REJECTED, SHADOW_REJECTED, UNAVAILABLE = (
+    "allowed",
+    "rejected",
+    "shadow_rejected",
+    "unavailable",
+)
+FLUSH_OK, FLUSH_ERROR = "ok", "error"
+
+# A Redis decision on a near machine takes 0.05-0.5 ms; the decision TIMEOUT defaults to
+# 100 ms, so a call past 0.1 s is one that timed out (or a slow network).
+STORE_BUCKETS = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+)
+
+INSTALL_HINT = 'pip install "django-throttle-rules[prometheus]"'
+
+
+# What the hooks are handed, described by shape: this module sits below the rules and the
+# decision, so it cannot import them.
+class RuleLike(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def enforcing(self) -> bool: ...
+
+
+class ResultLike(Protocol):
+    @property
+    def rule(self) -> RuleLike: ...
+    @property
+    def allowed(self) -> bool: ...
+
+
+class DecisionLike(Protocol):
+    @property
+    def rule(self) -> str | None: ...
+    @property
+    def unavailable(self) -> bool: ...
+    @property
+    def results(self) -> tuple[ResultLike, ...]: ...
+
+
+class Instruments:
+    """The metric objects, registered in the default registry once per process."""
+
+    def __init__(self) -> None:
+        from prometheus_client import Counter, Gauge, Histogram
+
+        self.decisions = Counter(
+            DECISIONS,
+            "Rule results of throttling decisions, by rule and outcome.",
+            ("rule", "outcome"),
+        )
+        self.store_seconds = Histogram(
+            STORE_SECONDS,
+            "Seconds a call to the store took, failed calls included.",
+            buckets=STORE_BUCKETS,
+        )
+        # Per process, 0 while its breaker is open; across processes, the lowest.
+        self.store_available = Gauge(
+            STORE_AVAILABLE,
+            "1 while the store is used, 0 while the circuit breaker keeps it out.",
+            multiprocess_mode="livemin",
+        )
+        self.fallback_decisions = Counter(
+            FALLBACK_DECISIONS,
+            "Rule results decided by the local fallback while the store was unavailable.",
+            ("rule", "outcome"),
+        )
+        self.block_cache_decisions = Counter(
+            BLOCK_CACHE_DECISIONS,
+            "Rejections decided by the local block cache, without calling the store.",
+            ("rule",),
+        )
+        self.log_flushes = Counter(
+            LOG_FLUSHES, "Writes of the rejection log to the database, by result.", ("result",)
+        )
+        self.store_available.set(1)
+        # labels() takes a lock and builds a tuple on every call: the children are kept.
+        self._children: dict[tuple[Counter | str, ...], Counter] = {}
+        self.state_lock = threading.Lock()
+
+    def count(self, counter: Counter, *labels: str) -> None:
+        key: tuple[Counter | str, ...] = (counter, *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = counter.labels(*labels)
+        child.inc()
+
+    def count_results(self, counter: Counter, results: Iterable[ResultLike]) -> None:
+        for result in results:
+            rule = result.rule
+            if result.allowed:
+                self.count(counter, rule.name, ALLOWED)
+            else:
+                self.count(counter, rule.name, REJECTED if rule.enforcing else SHADOW_REJECTED)
+
+
+class Switch:
+    """``on``: whether metrics are recorded. Read on every request, so once known it is a
+    plain instance attribute; ``__getattr__`` runs only while it is not (at first use, and
+    after ``reconfigure()`` forgot it)."""
+
+    on: bool
+
+    def __getattr__(self, name: str) -> bool:
+        if name != "on":
+            raise AttributeError(name)
+        on = self.on = _resolve()
+        return on
+
+    def forget(self) -> None:
+        self.__dict__.pop("on", None)
+
+
+switch = Switch()
+_instruments: Instruments | None = None
+_lock = threading.Lock()
+_warned = False
+_failed = False
+
+
+def _resolve() -> bool:
+    global _instruments, _warned
+    wanted = conf.METRICS
+    if wanted is not True and wanted != "auto":
+        return False
+    try:
+        # Imported on each resolution, not only the first: whether it imports is the setting.
+        import prometheus_client  # noqa: F401
+    except ImportError:
+        if wanted is True and not _warned:
+            _warned = True
+            logger.error(
+                "django_throttle: METRICS is True but prometheus_client is not installed; "
+                "no metrics are recorded (%s)",
+                INSTALL_HINT,
+            )
+        return False
+    with _lock:
+        if _instruments is None:
+            _instruments = Instruments()
+    return True
+
+
+def reconfigure() -> None:
+    """Read METRICS again at the next hook (the settings changed)."""
+    switch.forget()
+
+
+def client_installed() -> bool:
+    """Whether prometheus_client can be imported."""
+    try:
+        import prometheus_client  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _recording() -> Instruments | None:
+    return _instruments if switch.on else None
+
+
+def _failure() -> None:
+    # A full disk under PROMETHEUS_MULTIPROC_DIR, say: said once, and the request goes on.
+    global _failed
+    if not _failed:
+        _failed = True
+        logger.exception("django_throttle: a metric could not be recorded")
+
+
+# -- hooks ------------------------------------------------------------------------------------
+
+
+def decided(decision: DecisionLike) -> None:
+    """Count a decision: one increment per rule result, or one ``unavailable`` for a rule that
+    fails closed while the store is down."""
+    m = _recording()
+    if m is None:
+        return
+    try:
+        if decision.unavailable:
+            if decision.rule is not None:
+                m.count(m.decisions, decision.rule, UNAVAILABLE)
+        else:
+            m.count_results(m.decisions, decision.results)
+    except Exception:
+        _failure()
+
+
+def store_timed(seconds: float) -> None:
+    """Observe one call to the store."""
+    m = _recording()
+    if m is None:
+        return
+    try:
+        m.store_seconds.observe(seconds)
+    except Exception:
+        _failure()
+
+
+def store_state(available: Callable[[], bool]) -> None:
+    """Show the breaker's state. ``available`` is read under a lock, so that of concurrent
+    updates the last one shows the newest state."""
+    m = _recording()
+    if m is None:
+        return
+    try:
+        with m.state_lock:
+            m.store_available.set(1 if available() else 0)
+    except Exception:
+        _failure()
+
+
+def fallback_decided(results: Iterable[ResultLike]) -> None:
+    """Count rule results the local fallback decided (they are counted as decisions too)."""
+    m = _recording()
+    if m is None:
+        return
+    try:
+        m.count_results(m.fallback_decisions, results)
+    except Exception:
+        _failure()
+
+
+def block_cache_hit(rule_name: str) -> None:
+    """Count a rejection the block cache decided without calling the store."""
+    m = _recording()
+    if m is None:
+        return
+    try:
+        m.count(m.block_cache_decisions, rule_name)
+    except Exception:
+        _failure()
+
+
+def log_flushed(ok: bool) -> None:
+    """Count a write of the rejection log to the database, done or failed."""
+    m = _recording()
+    if m is None:
+        return
+    try:
+        m.count(m.log_flushes, FLUSH_OK if ok else FLUSH_ERROR)
+    except Exception:
+        _failure()

@@ -1,0 +1,355 @@
+"""This process's buffer of rejection counts, and the thread that hands them on."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from typing import Any
+
+from django.db import connections
+
+from .. import metrics
+from ..conf import conf
+from ..keyspace import digest
+from ..store.errors import STORE_ERRORS
+from . import shared
+from .database import (
+    NAMED_PER_PERIOD,
+    NAMED_PER_RULE,
+    Counts,
+    Entry,
+    compact,
+    prune,
+    write_each,
+)
+from .text import OVERFLOW_DISPLAY, OVERFLOW_KEY, display_of
+
+logger = logging.getLogger("django_throttle")
+
+MAX_KEYS = 10_000  # distinct (rule, client, action, minute) entries buffered per interval
+PUSH_INTERVAL = 1.0  # seconds between two pushes to Redis (at most FLUSH_INTERVAL)
+PRUNE_EVERY = 3600.0  # seconds between two prunes by the flush of one process
+COMPACT_EVERY = 300.0  # seconds between two compactions by the flush of one process
+COMPACT_SECONDS = 5.0  # a flush spends at most about this long compacting; the next goes on
+NAMED_SECONDS = 2 * 3600  # how long the buffer remembers the clients it named in a minute
+
+_DATABASE, _REDIS = "database", "redis"
+
+
+class _Names:
+    """The clients this process named in one minute."""
+
+    __slots__ = ("members", "per_rule")
+
+    def __init__(self) -> None:
+        self.members: set[tuple[str, str, str]] = set()  # (rule, action, key)
+        self.per_rule: dict[tuple[str, str], int] = {}  # (rule, action) -> how many
+
+
+class RejectionLog:
+    """This process's buffer of rejection counts, and its flusher thread."""
+
+    def __init__(
+        self,
+        max_keys: int = MAX_KEYS,
+        named: int = NAMED_PER_PERIOD,
+        named_per_rule: int = NAMED_PER_RULE,
+    ) -> None:
+        self.max_keys = max_keys
+        self.named = named
+        self.named_per_rule = named_per_rule
+        self._init()
+
+    def _init(self) -> None:
+        self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+        self._maintain_lock = threading.Lock()
+        self._counts: Counts = {}
+        self._named: dict[int, _Names] = {}  # minute -> the clients named in it
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._active = False  # a rejection was counted since the last flush began
+        self._next_prune = 0.0
+        self._next_compact = time.monotonic() + COMPACT_EVERY
+        self._held: str | None = None  # counts taken from Redis, not yet read (Redis failed)
+        self._failing: set[str] = set()
+        self.overflowed = 0  # rejections counted under OVERFLOW_KEY since the process started
+        self.dropped = 0  # rejections the database refused even escaped (logged each time)
+
+    def __len__(self) -> int:
+        return len(self._counts)
+
+    @property
+    def pending(self) -> int:
+        """Rejections buffered, not yet handed on."""
+        with self._lock:
+            return sum(entry[0] for entry in self._counts.values())
+
+    def add(self, rule: str, identity: str, action: str, when: float | None = None) -> None:
+        minute = int(time.time() if when is None else when) // 60 * 60
+        key = digest(identity)
+        with self._lock:
+            self._active = True
+            self._count((rule, key, action, minute), identity)
+            if self._thread is None:
+                self._start()
+
+    def _count(self, entry: Entry, identity: str) -> None:
+        counts = self._counts
+        slot = counts.get(entry)
+        if slot is None:
+            rule, key, action, minute = entry
+            if len(counts) >= self.max_keys or not self._name(rule, key, action, minute):
+                self.overflowed += 1
+                entry = (rule, OVERFLOW_KEY, action, minute)
+                slot = counts.get(entry)
+                if slot is None:
+                    slot = counts[entry] = [0, OVERFLOW_DISPLAY]
+            else:
+                slot = counts[entry] = [0, display_of(identity)]
+        slot[0] += 1
+
+    def _name(self, rule: str, key: str, action: str, minute: int) -> bool:
+        """Whether this client is one of those named in its minute (the bounds of
+        database.NAMED_PER_PERIOD, as push.lua applies them across processes)."""
+        names = self._named.get(minute)
+        if names is None:
+            names = self._named[minute] = _Names()
+        member = (rule, action, key)
+        if member in names.members:
+            return True
+        taken = names.per_rule.get((rule, action), 0)
+        if taken >= self.named_per_rule and len(names.members) >= self.named:
+            return False
+        names.members.add(member)
+        names.per_rule[(rule, action)] = taken + 1
+        return True
+
+    def _keep(self, counts: Counts) -> None:
+        """Take back counts that could not be handed on (already named or not)."""
+        with self._lock:
+            buffered = self._counts
+            for entry, (n, display) in counts.items():
+                slot = buffered.get(entry)
+                if slot is None and len(buffered) >= self.max_keys and entry[1] != OVERFLOW_KEY:
+                    self.overflowed += n
+                    entry = (entry[0], OVERFLOW_KEY, entry[2], entry[3])
+                    slot = buffered.get(entry)
+                    display = OVERFLOW_DISPLAY
+                if slot is None:
+                    buffered[entry] = [n, display]
+                else:
+                    slot[0] += n
+
+    def _swap(self) -> Counts:
+        with self._lock:
+            counts, self._counts = self._counts, {}
+            return counts
+
+    # -- the flusher thread ---------------------------------------------------------
+
+    def _start(self) -> None:
+        thread = threading.Thread(
+            target=self._run, args=(self._stop,), name="django_throttle-flush", daemon=True
+        )
+        self._thread = thread
+        thread.start()
+
+    def _tick(self) -> float:
+        interval = conf.FLUSH_INTERVAL
+        return min(PUSH_INTERVAL, interval) if conf.uses_redis else interval
+
+    def _run(self, stop: threading.Event) -> None:
+        me = threading.current_thread()
+        try:
+            next_flush = time.monotonic() + conf.FLUSH_INTERVAL
+            while not stop.wait(self._tick()):  # set by discard(), which forgets us
+                if time.monotonic() < next_flush:
+                    self.push()
+                    continue
+                with self._lock:
+                    self._active = False
+                self.flush()
+                next_flush = time.monotonic() + conf.FLUSH_INTERVAL
+                with self._lock:
+                    # Decided under the lock: add() starts a new thread once this one is gone.
+                    if not self._counts and not self._active:
+                        if self._thread is me:
+                            self._thread = None
+                        return
+        finally:
+            with self._lock:
+                if self._thread is me:  # ended by an unexpected error: the next add() restarts
+                    self._thread = None
+            connections.close_all()  # this thread's own connections
+
+    def _after_fork(self) -> None:
+        # The parent hands on what it buffered; the child starts empty, without a thread.
+        self._init()
+
+    def discard(self) -> None:
+        """Forget the buffered counts and stop the flusher thread (for tests)."""
+        with self._lock:
+            self._counts.clear()
+            self._named.clear()
+            thread, self._thread = self._thread, None
+            self._stop.set()
+            self._stop = threading.Event()
+            self._active = False
+            self._next_prune = 0.0
+            self._next_compact = time.monotonic() + COMPACT_EVERY
+            self._held = None
+            self._failing.clear()
+            self.overflowed = 0
+            self.dropped = 0
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=10)
+
+    # -- handing counts on -------------------------------------------------------------
+
+    def push(self) -> None:
+        """Add this process's counts to those waiting in Redis (with the memory backend, or
+        while Redis fails, they stay here for the next flush)."""
+        redis = shared.client()
+        if redis is None:
+            return
+        with self._flush_lock:
+            counts = self._swap()
+            if counts:
+                self._keep(self._push(redis, counts))
+
+    def collect(self, timeout: float = -1) -> int:
+        """Write this process's counts and those every process left in Redis to the database;
+        return the rows written. ``timeout``: seconds to wait for a collection of this process
+        already under way (then it returns 0: that one writes them); -1 waits."""
+        if not self._flush_lock.acquire(timeout=timeout):
+            return 0
+        try:
+            return self._collect()
+        finally:
+            self._flush_lock.release()
+
+    def flush(self) -> int:
+        """``collect()``, then prune and compact the log when due; return the rows written."""
+        with self._flush_lock:
+            written = self._collect()
+        # Outside the lock: a dashboard collecting meanwhile does not wait for a compaction.
+        if self._maintain_lock.acquire(blocking=False):
+            try:
+                self._maintain()
+            finally:
+                self._maintain_lock.release()
+        return written
+
+    def _collect(self) -> int:
+        counts = self._swap()
+        redis = shared.client()
+        written = 0
+        if counts and redis is not None:
+            counts = self._push(redis, counts)
+        if counts:  # the memory backend; or Redis failed: this process writes its own
+            written += self._persist(counts)
+        if redis is not None:
+            written += self._fold(redis)
+        self._forget_named()
+        return written
+
+    def _push(self, redis: Any, counts: Counts) -> Counts:
+        """Counts not added to Redis (none when all were)."""
+        try:
+            self.overflowed += shared.push(redis, counts)
+        except shared.PushFailed as exc:
+            self._failed(
+                _REDIS,
+                "could not hand %d rejection counts to Redis (%s); this process writes its "
+                "own to the database meanwhile",
+                len(exc.rest),
+                exc.cause,
+            )
+            return exc.rest
+        self._recovered(_REDIS, "rejection counts go through Redis again")
+        return {}
+
+    def _fold(self, redis: Any) -> int:
+        key = self._held
+        try:
+            if key is None:
+                key = shared.take(redis)
+                if key is None:
+                    return 0
+                self._held = key
+            counts = shared.read(redis, key)
+        except STORE_ERRORS as exc:
+            self._failed(_REDIS, "could not read the rejection counts in Redis (%s)", exc)
+            return 0
+        self._held = None  # read: from now on, this process answers for them
+        self._recovered(_REDIS, "rejection counts go through Redis again")
+        written = self._persist(counts) if counts else 0
+        # Written (or kept here) already: if the delete fails, the key expires after FOLD_TTL.
+        with contextlib.suppress(*STORE_ERRORS):
+            shared.forget(redis, key)
+        return written
+
+    def _persist(self, counts: Counts) -> int:
+        try:
+            done = write_each(counts)
+        except Exception as exc:
+            self._keep(counts)
+            metrics.log_flushed(False)
+            self._failed(
+                _DATABASE,
+                "could not persist %d rejection counts (%s); keeping them for the next flush",
+                len(counts),
+                exc,
+            )
+            return 0
+        metrics.log_flushed(True)
+        self._recovered(_DATABASE, "rejection counts are persisted again")
+        if done.kept:
+            self._keep(done.kept)
+        for (rule, key, action, minute), n, error in done.dropped:
+            self.dropped += n
+            logger.error(
+                "django_throttle: the database refused the %d %s rejection(s) of client %s "
+                "under rule %r at %d, even escaped (%s); they are not recorded",
+                n,
+                action,
+                key,
+                rule,
+                minute,
+                error,
+            )
+        return done.rows
+
+    def _maintain(self) -> None:
+        now = time.monotonic()
+        if now >= self._next_prune:
+            self._next_prune = now + PRUNE_EVERY
+            try:
+                prune()
+            except Exception as exc:
+                logger.error("django_throttle: could not prune the rejection log (%s)", exc)
+        if now >= self._next_compact:
+            self._next_compact = now + COMPACT_EVERY
+            try:
+                compact(seconds=COMPACT_SECONDS)
+            except Exception as exc:  # e.g. another process compacting the same rows on SQLite
+                logger.warning("django_throttle: could not compact the rejection log (%s)", exc)
+
+    def _forget_named(self) -> None:
+        oldest = time.time() - NAMED_SECONDS
+        with self._lock:
+            for minute in [m for m in self._named if m < oldest]:
+                del self._named[minute]
+
+    def _failed(self, what: str, message: str, *args: Any) -> None:
+        if what not in self._failing:
+            self._failing.add(what)
+            logger.error("django_throttle: " + message, *args)
+
+    def _recovered(self, what: str, message: str) -> None:
+        if what in self._failing:
+            self._failing.discard(what)
+            logger.warning("django_throttle: %s", message)

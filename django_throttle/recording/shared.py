@@ -1,0 +1,161 @@
+"""Rejection counts shared through Redis, so that whoever folds them sees every process's.
+
+Each process adds its buffered counts to one hash (``push.lua``, a few hundred counts per
+call, never a call per rejection); whoever needs the counts in the database (the dashboard,
+``throttle_flush``, a process's periodic flush) takes the whole hash at once by renaming it
+(``take.lua``), reads it, writes the rows and deletes it. Two folders never fold a count
+twice, and a folder that dies loses only what it had taken.
+
+The client is the store's (``get_store().client``): the django-redis cache's server, or the
+Redis Cluster of ``CLUSTER_URL``, with the decision timeouts. Every key carries the hash tag
+``{<KEY_PREFIX>}``, so the scripts' keys share one cluster slot.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from importlib import resources
+from typing import Any
+
+from redis.exceptions import NoScriptError
+
+from ..conf import conf
+from ..store import get_store
+from ..store.errors import STORE_ERRORS
+from ..store.fallback import breaker
+from ..store.redis import sha1
+from .database import NAMED_PER_PERIOD, NAMED_PER_RULE, Counts, Entry
+from .text import OVERFLOW_DISPLAY, OVERFLOW_KEY
+
+logger = logging.getLogger("django_throttle")
+
+PUSH_CHUNK = 500  # counts per script call: each call holds Redis for about a millisecond
+READ_CHUNK = 1000  # fields per HSCAN reply
+NAMED_TTL = 2 * 3600  # seconds a minute's named clients are remembered (late counts included)
+FOLD_TTL = 3600  # seconds a taken hash stays, for its folder to read it after a Redis error
+
+
+def _load(name: str) -> tuple[str, str]:
+    source = resources.files("django_throttle.recording").joinpath("lua", name).read_text("utf-8")
+    return source, sha1(source)
+
+
+PUSH_SOURCE, PUSH_SHA = _load("push.lua")
+TAKE_SOURCE, TAKE_SHA = _load("take.lua")
+
+
+class PushFailed(Exception):
+    """Redis refused or missed some counts; ``rest`` holds those not added."""
+
+    def __init__(self, rest: Counts, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.rest = rest
+        self.cause = cause
+
+
+def client() -> Any | None:
+    """The store's Redis client, or None when counts stay in the process (the memory
+    backend), the store cannot be built, or the breaker says Redis failed moments ago."""
+    if not conf.uses_redis or breaker.is_open():
+        return None
+    try:
+        return getattr(get_store(), "client", None)
+    except Exception:  # settings the system checks report; recording must not raise
+        return None
+
+
+def _base() -> str:
+    prefix = conf.KEY_PREFIX
+    return f"{prefix}:rej:{{{prefix}}}"
+
+
+def counts_key() -> str:
+    return _base() + ":c"
+
+
+def named_key(minute: int) -> str:
+    return f"{_base()}:n:{minute}"
+
+
+def _run(redis: Any, sha: str, source: str, keys: list[str], args: list[Any]) -> Any:
+    try:
+        return redis.evalsha(sha, len(keys), *keys, *args)
+    except NoScriptError:  # after a restart, a failover or SCRIPT FLUSH
+        redis.script_load(source)
+        return redis.evalsha(sha, len(keys), *keys, *args)
+
+
+def field_of(entry: Entry, display: str) -> str:
+    rule, key, action, minute = entry
+    return json.dumps([minute, rule, action, key, display])
+
+
+def push(redis: Any, counts: Counts) -> int:
+    """Add the counts to the waiting hash; return how many went to ``(other clients)``.
+
+    Raises PushFailed with the counts not added. A call that timed out may have been run
+    all the same: its counts are kept and sent again, so a hung server can count a few
+    rejections twice rather than lose them.
+    """
+    items = list(counts.items())
+    ttl = conf.RETENTION_DAYS * 86400 * 1000
+    other = 0
+    for start in range(0, len(items), PUSH_CHUNK):
+        chunk = items[start : start + PUSH_CHUNK]
+        minutes: dict[int, int] = {}
+        args: list[Any] = [ttl, NAMED_TTL * 1000, NAMED_PER_PERIOD, NAMED_PER_RULE]
+        for entry, (n, display) in chunk:
+            rule, key, action, minute = entry
+            index = minutes.setdefault(minute, len(minutes) + 2)  # KEYS[1] is the counts
+            named = key != OVERFLOW_KEY
+            args += [
+                index,
+                json.dumps([rule, action]),
+                json.dumps([rule, action, key]) if named else "",
+                field_of(entry, display),
+                field_of((rule, OVERFLOW_KEY, action, minute), OVERFLOW_DISPLAY),
+                n,
+            ]
+        keys = [counts_key(), *(named_key(minute) for minute in minutes)]
+        try:
+            other += int(_run(redis, PUSH_SHA, PUSH_SOURCE, keys, args))
+        except STORE_ERRORS as exc:
+            raise PushFailed(dict(items[start:]), exc) from exc
+    return other
+
+
+def take(redis: Any) -> str | None:
+    """Take every waiting count for this fold: the key now holding them, or None."""
+    key = f"{_base()}:f:{uuid.uuid4().hex}"
+    taken = _run(redis, TAKE_SHA, TAKE_SOURCE, [counts_key(), key], [FOLD_TTL * 1000])
+    return key if taken else None
+
+
+def read(redis: Any, key: str) -> Counts:
+    """The counts under a taken key. A field that is not ours (another version's, or
+    damaged) is skipped and logged: it must not hold back the others."""
+    fields: dict[bytes, bytes] = {}
+    # HSCAN may return a field twice; the dict keeps one.
+    for name, value in redis.hscan_iter(key, count=READ_CHUNK):
+        fields[name] = value
+    counts: Counts = {}
+    for name, value in fields.items():
+        try:
+            minute, rule, action, client, display = json.loads(name)
+            entry = (str(rule), str(client), str(action), int(minute))
+            n = int(value)
+        except (ValueError, TypeError) as exc:
+            logger.error("django_throttle: skipped a rejection count it cannot read (%s)", exc)
+            continue
+        slot = counts.get(entry)
+        if slot is None:
+            counts[entry] = [n, str(display)]
+        else:
+            slot[0] += n
+    return counts
+
+
+def forget(redis: Any, key: str) -> None:
+    redis.delete(key)

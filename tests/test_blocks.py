@@ -1,0 +1,137 @@
+"""The block cache: a process that saw a client rejected until a known time rejects it itself
+until then, without calling Redis; a reset from the admin or a rule change clears it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from prometheus_client import REGISTRY
+
+from django_throttle.models import Rule
+from django_throttle.store.redis import DECIDE_SOURCE
+from tests.helpers import rule
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("throttle_middleware")]
+
+ADDRESS = "203.0.113.7"
+KEY_PAGE = "/admin/django_throttle/dashboard/key/"
+
+
+def evalsha_calls(redis_client: Any) -> int:
+    redis_client.script_load(DECIDE_SOURCE)  # so no EVALSHA counted here fails with NOSCRIPT
+    return int(redis_client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+def block_cache_hits(rule_name: str) -> float:
+    sample = REGISTRY.get_sample_value(
+        "django_throttle_block_cache_decisions_total", {"rule": rule_name}
+    )
+    return sample or 0.0
+
+
+def flood(client: Any, times: int, path: str = "/api/items/") -> list[Any]:
+    return [client.get(path, REMOTE_ADDR=ADDRESS) for _ in range(times)]
+
+
+def test_a_flood_from_a_rejected_client_costs_one_store_call(
+    client: Any, redis_client: Any
+) -> None:
+    rule("api", "/api/", 2, unit="hour", algorithm="fixed_window")
+    calls = evalsha_calls(redis_client)
+    hits = block_cache_hits("api")
+    responses = flood(client, 52)
+    assert [r.status_code for r in responses] == [200, 200] + [429] * 50
+    assert evalsha_calls(redis_client) - calls == 3  # two admitted, the first rejection
+    assert block_cache_hits("api") - hits == 49  # in the metrics, by rule
+    # Answered as the store would: the same limit, the window's end, a shrinking wait.
+    resets = {r["X-RateLimit-Reset"] for r in responses[2:]}
+    assert len(resets) == 1
+    waits = [int(r["Retry-After"]) for r in responses[2:]]
+    assert waits == sorted(waits, reverse=True) and 1 <= waits[-1] <= 3600
+
+
+def test_a_blocked_client_is_remembered_for_the_whole_block(client: Any, redis_client: Any) -> None:
+    rule("login", "/api/", 1, algorithm="fixed_window", block_seconds=600)
+    flood(client, 2)  # admitted, then rejected and blocked
+    calls = evalsha_calls(redis_client)
+    responses = flood(client, 20)
+    assert {r.status_code for r in responses} == {429}
+    assert all(580 <= int(r["Retry-After"]) <= 600 for r in responses)
+    assert evalsha_calls(redis_client) == calls
+
+
+def test_a_rejection_that_a_cheaper_request_would_pass_is_not_remembered(
+    client: Any, redis_client: Any
+) -> None:
+    """ "heavy" costs what ?n= says: with 2 of 5 left, n=4 is rejected but n=1 still fits."""
+    rule("heavy", "heavy", 5, unit="hour", algorithm="fixed_window")
+    assert client.get("/heavy/?n=3", REMOTE_ADDR=ADDRESS).status_code == 200
+    assert client.get("/heavy/?n=4", REMOTE_ADDR=ADDRESS).status_code == 429
+    assert client.get("/heavy/?n=1", REMOTE_ADDR=ADDRESS).status_code == 200
+
+
+def test_a_reset_from_the_admin_during_a_flood_clears_it(
+    admin_client: Any, client: Any, redis_client: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    api = rule("api", "/api/", 1, unit="hour", algorithm="fixed_window")
+    assert [r.status_code for r in flood(client, 5)] == [200] + [429] * 4
+    version = redis_client.get("thr:rules:version")
+    admin_client.post(KEY_PAGE, {"rule": api.pk, "key": f"ip:{ADDRESS}"})
+    # This process forgets at once; every other one within RULES_REFRESH, when it reads the
+    # version that the reset replaced.
+    assert redis_client.get("thr:rules:version") != version
+    assert [r.status_code for r in flood(client, 3)] == [200, 429, 429]
+
+
+def test_a_rule_change_clears_it(client: Any, django_capture_on_commit_callbacks: Any) -> None:
+    api = rule("api", "/api/", 1, unit="hour", algorithm="fixed_window")
+    assert [r.status_code for r in flood(client, 3)] == [200, 429, 429]
+    with django_capture_on_commit_callbacks(execute=True):
+        Rule.objects.filter(pk=api.pk).update(limit=3)
+    assert [r.status_code for r in flood(client, 3)] == [200, 200, 429]
+
+
+def test_shadow_rules_and_concurrency_rules_are_never_remembered(
+    client: Any, redis_client: Any
+) -> None:
+    rule("shadow", "/api/", 1, unit="hour", algorithm="fixed_window", action="log")
+    flood(client, 3)
+    calls = evalsha_calls(redis_client)
+    assert [r.status_code for r in flood(client, 3)] == [200] * 3
+    assert evalsha_calls(redis_client) - calls == 3
+
+
+def test_without_the_block_cache_every_rejection_asks_the_store(
+    client: Any, redis_client: Any, settings: Any
+) -> None:
+    settings.DJANGO_THROTTLE = {**settings.DJANGO_THROTTLE, "BLOCK_CACHE": False}
+    rule("api", "/api/", 1, unit="hour", algorithm="fixed_window")
+    calls = evalsha_calls(redis_client)
+    assert [r.status_code for r in flood(client, 5)] == [200] + [429] * 4
+    assert evalsha_calls(redis_client) - calls == 5
+
+
+def test_a_remembered_client_is_rejected_while_the_store_is_down(
+    client: Any, redis_server: Any, settings: Any
+) -> None:
+    """Its rejection is known: 429 with the true wait, not the fail-closed rule's 503."""
+    if not redis_server.managed:
+        pytest.skip("needs a redis-server the harness runs; unset REDIS_URL")
+    settings.DJANGO_THROTTLE = {
+        **settings.DJANGO_THROTTLE,
+        "TIMEOUT": 0.2,
+        "CONNECT_TIMEOUT": 0.2,
+        "BREAKER_INTERVAL": 30,
+    }
+    rule("api", "/api/", 1, unit="hour", algorithm="fixed_window", fail_mode="closed")
+    assert [r.status_code for r in flood(client, 2)] == [200, 429]
+    redis_server.pause()
+    try:
+        during = flood(client, 2)
+        other = client.get("/api/items/", REMOTE_ADDR="198.51.100.1")
+    finally:
+        redis_server.resume()
+    assert [r.status_code for r in during] == [429, 429]
+    assert int(during[0]["Retry-After"]) > 60
+    assert other.status_code == 503  # a client the process knows nothing about: the fail mode
