@@ -6,17 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 from typing import Any
 
 from asgiref.sync import sync_to_async
 
+from .choices import Algorithm
 from .decision import Decision
 from .engine import aevaluate, evaluate, state_of
 from .engine.flow import adecide, announce, decide
-from .engine.giveback import agive_back, give_back, taken
+from .engine.giveback import Refund, agive_back, give_back, taken
 from .engine.keyed import key_arguments, key_checks, valid_cost
 from .rules import ScopeSpec, clients_reset, get_rules, scope_rules
-from .store import get_store
+from .store import Result, get_store
 
 MIN_WAIT = 0.001  # seconds: acquire() never spins, whatever retry time a decision gives
 
@@ -97,38 +99,47 @@ async def aacquire(scope: str, key: str, cost: int = 1, timeout: float = 5.0) ->
 
 
 def refund(request: Any, scope: str, cost: int = 1) -> int:
-    """Give back what ``check(request, scope)`` took: the attempt turned out fine (a login with
-    the right password). Returns how many rules gave something back; never below empty."""
-    results = _taken_from(request, scope)
-    give_back(taken(results, valid_cost(cost)))
+    """Give back ``cost`` of what ``check(request, scope)`` took: the attempt turned out fine (a
+    login with the right password). Never more than it took, never below empty; what is left
+    can be given back by another call. Returns how many rules gave something back."""
+    results = _taken_from(request, scope, valid_cost(cost))
+    give_back(taken(results))
     return len(results)
 
 
 async def arefund(request: Any, scope: str, cost: int = 1) -> int:
     """``refund()`` for async views."""
-    results = await sync_to_async(_taken_from)(request, scope)
-    await agive_back(taken(results, valid_cost(cost)))
+    results = await sync_to_async(_taken_from)(request, scope, valid_cost(cost))
+    await agive_back(taken(results))
     return len(results)
 
 
 def refund_key(scope: str, key: str, cost: int = 1) -> int:
     """Give back ``cost`` to client ``key`` under the rules of ``scope`` (what ``check_key()``
-    took; a concurrency slot taken with it); returns how many rules were refunded."""
+    took; a concurrency slot taken with it), from its newest state: a window's current count,
+    the log's newest entries; returns how many rules were refunded."""
     checks, _ = key_checks(scope, key, key_arguments(scope, key, cost))
-    give_back([(0, checks)] if checks else [])
+    give_back([Refund(0, False, checks)] if checks else [])
     return len(checks)
 
 
-def _taken_from(request: Any, scope: str) -> list[Any]:
-    """What the request's admitted decisions committed under ``scope``'s rules, forgotten so
-    a later check() of the request counts again."""
+def _taken_from(request: Any, scope: str, cost: int) -> list[Result]:
+    """``cost`` of what the request's admitted decisions committed under ``scope``'s rules
+    (at most what each took), no longer the request's. A concurrency slot is not given back
+    here: it ends with the response."""
     state = state_of(request)
     results = []
     for rule in scope_rules(get_rules(), scope):
-        result = state.taken.pop(rule.state_prefix, None)
-        if result is not None:
-            state.counted.pop(rule.state_prefix, None)
-            results.append(result)
+        result = state.taken.get(rule.state_prefix)
+        if result is None or result.rule.algorithm == Algorithm.CONCURRENCY:
+            continue
+        given = min(cost, result.cost)
+        if given == result.cost:
+            del state.taken[rule.state_prefix]
+            state.counted.pop(rule.state_prefix, None)  # a later check() counts again
+        else:
+            state.taken[rule.state_prefix] = replace(result, cost=result.cost - given)
+        results.append(replace(result, cost=given))
     return results
 
 

@@ -9,6 +9,8 @@ from .choices import Action
 from .compiled import CompiledRule
 from .store import Result
 
+US = 1_000_000
+
 
 @dataclass(slots=True)  # built for every request: a frozen dataclass costs several times more
 class Decision:
@@ -26,6 +28,9 @@ class Decision:
     unavailable: bool = False  # rejected because the store is down and the rule fails closed
     identity: str | None = None  # of an unavailable decision: the client, if it is known
     results: tuple[Result, ...] = field(default=(), repr=False)
+    # The store's time of the decision (Unix seconds); None when no store was asked. What a
+    # response or the dashboard says about time is reckoned from it, not the local clock.
+    decided_at: float | None = None
 
 
 def from_results(results: Sequence[Result]) -> Decision:
@@ -59,6 +64,7 @@ def _decision(
         period=deciding.rule.period,
         delay=delay,
         results=tuple(results),
+        decided_at=deciding.at / US if deciding.at else None,
     )
 
 

@@ -187,7 +187,11 @@ def _resolve() -> bool:
         return False
     with _lock:
         if _instruments is None:
-            _instruments = Instruments()
+            try:
+                _instruments = Instruments()
+            except Exception:  # PROMETHEUS_MULTIPROC_DIR missing, say: no metrics, no 500s
+                logger.exception("django_throttle: metrics could not be set up; none are recorded")
+                return False
     return True
 
 

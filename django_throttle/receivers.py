@@ -1,15 +1,17 @@
 """Signal receivers, connected by AppConfig.ready(): a rule written anywhere reloads every
-process's rules; a settings change rebuilds the store and the rule cache."""
+process's rules; a settings change rebuilds the store and the rule cache; the end of a
+request ends its concurrency leases."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.core.signals import setting_changed
+from django.core.signals import request_finished, request_started, setting_changed
 from django.db import models
 from django.db.models.signals import m2m_changed, post_delete, post_save, pre_save
 from django.utils import timezone
 
+from .engine import flow
 from .models import Override, Rule, validate_row
 from .rules import reset_rule_cache, rules_changed
 from .signals import rules_written
@@ -62,3 +64,5 @@ def connect() -> None:
         m2m_changed.connect(rule_touched, sender=through, dispatch_uid=f"django_throttle.{through}")
     rules_written.connect(rule_written, dispatch_uid="django_throttle.rules_written")
     setting_changed.connect(settings_changed, dispatch_uid="django_throttle.setting_changed")
+    request_started.connect(flow.request_started, dispatch_uid="django_throttle.request_started")
+    request_finished.connect(flow.request_finished, dispatch_uid="django_throttle.request_finished")

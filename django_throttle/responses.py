@@ -40,13 +40,14 @@ def add_headers(response: HttpResponseBase, decision: Decision) -> None:
     if decision.rule is None or decision.limit is None:
         return
     remaining = max(0, decision.remaining or 0)
-    reset_at = math.ceil(decision.reset_at or time.time())
+    now = decision.decided_at or time.time()  # the store's clock, when it was asked
+    reset_at = math.ceil(decision.reset_at or now)
     name = _sf_string(decision.rule)
     response[X_LIMIT] = str(decision.limit)
     response[X_REMAINING] = str(remaining)
     response[X_RESET] = str(reset_at)
     response[POLICY] = f"{name};q={decision.limit};w={decision.period}"
-    response[RATELIMIT] = f"{name};r={remaining};t={max(0, reset_at - math.floor(time.time()))}"
+    response[RATELIMIT] = f"{name};r={remaining};t={max(0, reset_at - math.floor(now))}"
 
 
 def wants_json(request: HttpRequest) -> bool:

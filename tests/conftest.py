@@ -77,3 +77,26 @@ def throttle_middleware(settings: Any) -> None:
     auth = middleware.index("django.contrib.auth.middleware.AuthenticationMiddleware")
     middleware.insert(auth + 1, "django_throttle.middleware.ThrottleMiddleware")
     settings.MIDDLEWARE = middleware
+
+
+class StoreCalls:
+    """How many decisions the process sent to its Redis store (INFO commandstats also counts
+    the rejection log's own script calls, made by a background thread)."""
+
+    def __init__(self) -> None:
+        self.decisions = 0
+
+
+@pytest.fixture
+def store_calls(monkeypatch: pytest.MonkeyPatch) -> StoreCalls:
+    from django_throttle.store import RedisStore
+
+    calls = StoreCalls()
+    decide = RedisStore.decide
+
+    def counted(store: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.decisions += 1
+        return decide(store, *args, **kwargs)
+
+    monkeypatch.setattr(RedisStore, "decide", counted)
+    return calls

@@ -57,19 +57,23 @@ def test_the_primary_user_is_enough(settings: Any, rf: Any, redis_server: RedisS
         }
         for n, algorithm in enumerate(ALGORITHMS):
             rule(f"r{n}", f"scope{n}", 2, algorithm=algorithm, fail_mode="closed", block_seconds=60)
+            rule(f"g{n}", f"given{n}", 1, algorithm=algorithm, fail_mode="closed")
         rule("leases", "leases", 1, algorithm="concurrency")
         RedisVersion().bump()
         for n in range(len(ALGORITHMS)):
             decisions = [check(rf.get("/"), f"scope{n}") for _ in range(3)]
             assert [d.allowed for d in decisions] == [True, True, False]
             assert not decisions[-1].unavailable  # rejected by the limit, not by a refusal
-        for n in range(len(ALGORITHMS)):  # refunds: of a known decision, and of the newest
+        for n in range(len(ALGORITHMS)):  # refunds: of a decision, and of the newest state
             request = rf.get("/")
-            check(request, f"scope{n}")  # rejected, but counted once given back below
-            assert refund_key(f"scope{n}", "ip:127.0.0.1") == 1
-            assert refund(request, f"scope{n}") == 0  # rejected: it took nothing
+            assert check(request, f"given{n}").allowed
+            assert refund(request, f"given{n}") == 1
+            assert check(rf.get("/"), f"given{n}").allowed  # the unit was given back
+            assert refund_key(f"given{n}", "ip:127.0.0.1") == 1
+            assert check(rf.get("/"), f"given{n}", dry_run=True).allowed
         assert check_key("leases", "job:1").allowed
         assert refund_key("leases", "job:1") == 1
+        assert check_key("leases", "job:1").allowed  # the slot was given back
         store = get_store()
         limit = build_rule(id=99, name="x", algorithm="fixed_window", limit=1, period=60)
         store.decide([Check(limit, "ip:1")])

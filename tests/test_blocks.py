@@ -8,19 +8,14 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
+from django_throttle import check_key, refund_key
 from django_throttle.models import Rule
-from django_throttle.store.redis import DECIDE_SOURCE
 from tests.helpers import rule
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("throttle_middleware")]
 
 ADDRESS = "203.0.113.7"
 KEY_PAGE = "/admin/django_throttle/dashboard/key/"
-
-
-def evalsha_calls(redis_client: Any) -> int:
-    redis_client.script_load(DECIDE_SOURCE)  # so no EVALSHA counted here fails with NOSCRIPT
-    return int(redis_client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
 
 
 def block_cache_hits(rule_name: str) -> float:
@@ -34,15 +29,13 @@ def flood(client: Any, times: int, path: str = "/api/items/") -> list[Any]:
     return [client.get(path, REMOTE_ADDR=ADDRESS) for _ in range(times)]
 
 
-def test_a_flood_from_a_rejected_client_costs_one_store_call(
-    client: Any, redis_client: Any
-) -> None:
+def test_a_flood_from_a_rejected_client_costs_one_store_call(client: Any, store_calls: Any) -> None:
     rule("api", "/api/", 2, unit="hour", algorithm="fixed_window")
-    calls = evalsha_calls(redis_client)
+    calls = store_calls.decisions
     hits = block_cache_hits("api")
     responses = flood(client, 52)
     assert [r.status_code for r in responses] == [200, 200] + [429] * 50
-    assert evalsha_calls(redis_client) - calls == 3  # two admitted, the first rejection
+    assert store_calls.decisions - calls == 3  # two admitted, the first rejection
     assert block_cache_hits("api") - hits == 49  # in the metrics, by rule
     # Answered as the store would: the same limit, the window's end, a shrinking wait.
     resets = {r["X-RateLimit-Reset"] for r in responses[2:]}
@@ -51,18 +44,18 @@ def test_a_flood_from_a_rejected_client_costs_one_store_call(
     assert waits == sorted(waits, reverse=True) and 1 <= waits[-1] <= 3600
 
 
-def test_a_blocked_client_is_remembered_for_the_whole_block(client: Any, redis_client: Any) -> None:
+def test_a_blocked_client_is_remembered_for_the_whole_block(client: Any, store_calls: Any) -> None:
     rule("login", "/api/", 1, algorithm="fixed_window", block_seconds=600)
     flood(client, 2)  # admitted, then rejected and blocked
-    calls = evalsha_calls(redis_client)
+    calls = store_calls.decisions
     responses = flood(client, 20)
     assert {r.status_code for r in responses} == {429}
     assert all(580 <= int(r["Retry-After"]) <= 600 for r in responses)
-    assert evalsha_calls(redis_client) == calls
+    assert store_calls.decisions == calls
 
 
 def test_a_rejection_that_a_cheaper_request_would_pass_is_not_remembered(
-    client: Any, redis_client: Any
+    client: Any, store_calls: Any
 ) -> None:
     """ "heavy" costs what ?n= says: with 2 of 5 left, n=4 is rejected but n=1 still fits."""
     rule("heavy", "heavy", 5, unit="hour", algorithm="fixed_window")
@@ -93,23 +86,41 @@ def test_a_rule_change_clears_it(client: Any, django_capture_on_commit_callbacks
 
 
 def test_shadow_rules_and_concurrency_rules_are_never_remembered(
-    client: Any, redis_client: Any
+    client: Any, store_calls: Any
 ) -> None:
     rule("shadow", "/api/", 1, unit="hour", algorithm="fixed_window", action="log")
     flood(client, 3)
-    calls = evalsha_calls(redis_client)
+    calls = store_calls.decisions
     assert [r.status_code for r in flood(client, 3)] == [200] * 3
-    assert evalsha_calls(redis_client) - calls == 3
+    assert store_calls.decisions - calls == 3
+
+
+def test_a_concurrency_rejection_is_never_remembered(store_calls: Any) -> None:
+    """A slot may free at any moment: each request in flight asks the store."""
+    rule("in flight", "jobs", 1, algorithm="concurrency")
+    assert check_key("jobs", "job:1").allowed  # holds the only slot
+    calls = store_calls.decisions
+    assert [check_key("jobs", "job:1").allowed for _ in range(3)] == [False] * 3
+    assert store_calls.decisions - calls == 3
+    refund_key("jobs", "job:1")  # the first one finished
+    assert check_key("jobs", "job:1").allowed
+
+
+def test_a_refund_makes_this_process_forget_the_rejection(store_calls: Any) -> None:
+    rule("partner", "partner-api", 1, unit="hour", algorithm="fixed_window")
+    assert [check_key("partner-api", "partner:acme").allowed for _ in "ab"] == [True, False]
+    refund_key("partner-api", "partner:acme")
+    assert check_key("partner-api", "partner:acme").allowed
 
 
 def test_without_the_block_cache_every_rejection_asks_the_store(
-    client: Any, redis_client: Any, settings: Any
+    client: Any, store_calls: Any, settings: Any
 ) -> None:
     settings.DJANGO_THROTTLE = {**settings.DJANGO_THROTTLE, "BLOCK_CACHE": False}
     rule("api", "/api/", 1, unit="hour", algorithm="fixed_window")
-    calls = evalsha_calls(redis_client)
+    calls = store_calls.decisions
     assert [r.status_code for r in flood(client, 5)] == [200] + [429] * 4
-    assert evalsha_calls(redis_client) - calls == 5
+    assert store_calls.decisions - calls == 5
 
 
 def test_a_remembered_client_is_rejected_while_the_store_is_down(

@@ -66,3 +66,15 @@ def test_zero_turns_every_delayed_request_away(client: Any, settings: Any) -> No
     assert statuses == [200, 429, 429]
     response = client.get("/api/items/")
     assert response.status_code == 429 and response["X-RateLimit-Remaining"] == "4"
+
+
+@pytest.mark.django_db
+def test_a_request_turned_away_is_a_rejection_on_the_dashboard(client: Any, settings: Any) -> None:
+    from django_throttle.models import Rejection
+    from django_throttle.recording import flush
+
+    settings.DJANGO_THROTTLE = {**settings.DJANGO_THROTTLE, "MAX_DELAYED": 0}
+    rule("queued", "/api/", 1, unit="minute", algorithm="leaky_bucket", burst=5, action="delay")
+    assert [client.get("/api/items/").status_code for _ in range(3)] == [200, 429, 429]
+    flush()
+    assert sum(Rejection.objects.filter(rule="queued").values_list("count", flat=True)) == 2

@@ -74,7 +74,7 @@ class RedisBackend:
         return [key.decode() for key in self.client.keys("*")]
 
     def log_size(self, key: str) -> int:
-        return self.client.zcard(key)
+        return self.client.zcount(key, "(0", "+inf")  # requests, not the tally of extra units
 
     def close(self) -> None:
         self.client.close()
@@ -240,7 +240,9 @@ def test_sliding_window_log_keeps_only_admitted_requests(backend):
     costly = make_rule("sliding_window_log", limit=10, rule_id=2)
     costly_key = state_key(costly, CLIENT)
     assert [r.allowed for r in flood(backend, costly, 4, cost=3)] == [True, True, True, False]
-    assert backend.log_size(costly_key) == 9
+    # A costly request is one entry (its units counted in it), not one entry per unit.
+    assert backend.log_size(costly_key) == 3
+    assert one(backend, costly, dry_run=True).remaining == 1
 
 
 def test_sliding_window_counter_weights_the_previous_window(backend):
@@ -544,3 +546,54 @@ def test_a_dry_run_starts_no_block(backend):
     assert not one(backend, rule, dry_run=True).allowed
     probe = one(backend, rule, dry_run=True)
     assert not probe.blocked  # rejected by the window only: no block was started
+
+
+# -- a costly request in the log: one entry, whatever its cost ------------------------------
+
+
+@pytest.mark.parametrize("algorithm", ["sliding_window_log", "concurrency"])
+def test_a_request_of_a_million_units_is_one_entry(backend: Backend, algorithm: str) -> None:
+    rule = make_rule(algorithm, 1_000_000, period=86400)
+    key = state_key(rule, CLIENT)
+    assert one(backend, rule, cost=1_000_000).allowed
+    assert backend.log_size(key) == 1
+    rejected = one(backend, rule)
+    assert not rejected.allowed and rejected.remaining == 0
+    if isinstance(backend, RedisBackend):
+        assert backend.client.memory_usage(key) < 300  # bytes: not 118 MB
+        assert backend.client.zscore(key, "#") == -999_999  # the extra units, in the tally
+
+
+def test_costly_entries_give_their_units_back_when_they_expire(backend: Backend) -> None:
+    rule = make_rule("sliding_window_log", 4, period=1)
+    align(backend, 0.05)
+    assert one(backend, rule, cost=3).allowed
+    assert [r.allowed for r in flood(backend, rule, 2)] == [True, False]
+    backend.wait(1.0)  # past the costly entry and the other one
+    assert one(backend, rule, cost=4).allowed  # every unit back
+    if isinstance(backend, RedisBackend):
+        assert backend.client.zscore(state_key(rule, CLIENT), "#") == -3  # the new one's only
+
+
+def test_the_retry_time_counts_the_units_of_costly_entries(backend: Backend) -> None:
+    rule = make_rule("sliding_window_log", 4, period=HOUR)
+    first = one(backend, rule, cost=3)
+    backend.wait(0.5)
+    second = one(backend, rule)
+    assert first.allowed and second.allowed
+    # 2 more units need 2 of the 4 to expire: the first entry's 3 are enough.
+    rejected = one(backend, rule, cost=2)
+    assert not rejected.allowed
+    assert rejected.retry_after == pytest.approx(first.at / US + HOUR - rejected.at / US, abs=1e-6)
+
+
+def test_a_costly_entry_is_given_back_in_part(backend: Backend) -> None:
+    rule = make_rule("sliding_window_log", 10, period=HOUR)
+    taken = one(backend, rule, cost=5)
+    backend.store.refund([Check(rule, CLIENT, 2)], taken.at)
+    assert one(backend, rule, dry_run=True).remaining == 7
+    backend.store.refund([Check(rule, CLIENT, 5)], taken.at)  # only 3 were left: never below
+    assert one(backend, rule, dry_run=True).remaining == 10
+    assert backend.log_size(state_key(rule, CLIENT)) == 0
+    if isinstance(backend, RedisBackend):
+        assert backend.client.zscore(state_key(rule, CLIENT), "#") is None

@@ -218,3 +218,40 @@ def test_a_killed_worker_s_slot_frees_when_its_lease_ends(redis_server: Any) -> 
     finally:
         worker.kill()
         worker.join()
+
+
+def test_a_response_replaced_by_an_outer_middleware_still_releases(
+    client: Any, settings: Any, redis_client: Any
+) -> None:
+    """ConditionalGetMiddleware answers 304 instead of the view's response, which is then
+    never closed: the slot ends with the request all the same."""
+    settings.MIDDLEWARE = ["django.middleware.http.ConditionalGetMiddleware", *settings.MIDDLEWARE]
+    rule("in flight", "/inflight/", 1, algorithm="concurrency")
+    statuses = [
+        client.get("/inflight/etag/", HTTP_IF_NONE_MATCH='"v1"').status_code for _ in range(3)
+    ]
+    assert statuses == [304, 304, 304]
+    assert in_flight(redis_client) == 0
+
+
+def test_slots_taken_from_the_local_fallback_are_given_back_to_it(
+    client: Any, settings: Any, redis_server: Any
+) -> None:
+    """Redis is down: the fail-open rule counts in the process, and each finished request
+    ends its slot there."""
+    if not redis_server.managed:
+        pytest.skip("needs a redis-server the harness runs; unset REDIS_URL")
+    settings.DJANGO_THROTTLE = {
+        **settings.DJANGO_THROTTLE,
+        "TIMEOUT": 0.2,
+        "CONNECT_TIMEOUT": 0.2,
+        "BREAKER_INTERVAL": 30,
+    }
+    rule("in flight", "/inflight/", 1, algorithm="concurrency", fail_mode="open")
+    views.HOLD.set()
+    assert client.get("/inflight/held/").status_code == 200
+    redis_server.pause()
+    try:
+        assert [client.get("/inflight/held/").status_code for _ in range(4)] == [200] * 4
+    finally:
+        redis_server.resume()

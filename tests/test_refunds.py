@@ -135,3 +135,14 @@ def test_the_right_password_does_not_use_up_an_attempt(lockout: User) -> None:
     assert post_login("wrong") == 401  # the fifth attempt
     assert post_login("right") == 429  # locked out, whatever the password
     assert views.AUTHENTICATE_CALLS[0] == 6
+
+
+def test_a_refund_gives_back_at_most_what_was_taken(backend: str) -> None:
+    rule("exports", "exports", 10, unit="hour", algorithm="fixed_window")
+    request = attempt()
+    assert check(request, "exports", cost=5).remaining == 5
+    assert refund(request, "exports", cost=2) == 1  # 2 of the 5
+    assert remaining("exports") == 7
+    assert refund(request, "exports", cost=9) == 1  # the 3 left, not 9
+    assert remaining("exports") == 10
+    assert refund(request, "exports") == 0

@@ -30,6 +30,7 @@ urlpatterns = [
     path("inflight/streaming/", views.inflight_streaming, name="inflight-streaming"),
     path("inflight/raising/", views.inflight_raising, name="inflight-raising"),
     path("inflight/async/", views.inflight_async, name="inflight-async"),
+    path("inflight/etag/", views.inflight_etag, name="inflight-etag"),
     path("inflight/async-slow/", views.inflight_async_slow, name="inflight-async-slow"),
 ]
 

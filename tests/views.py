@@ -123,6 +123,12 @@ def inflight_raising(request):
     raise RuntimeError("a view that fails")
 
 
+def inflight_etag(request):
+    response = HttpResponse("cached")
+    response["ETag"] = '"v1"'
+    return response
+
+
 async def inflight_async(request):
     return HttpResponse("done")
 

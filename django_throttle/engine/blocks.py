@@ -24,6 +24,21 @@ _CONCURRENCY = str(Algorithm.CONCURRENCY)
 Blocked = dict[str, tuple[float, Result]]
 
 
+_last_sweep = [0.0]
+
+
+def _swept(blocked: Blocked, now: float) -> bool:
+    """Make room by dropping what has expired, at most once a second (a full cache of live
+    entries is not scanned at every rejection); whether there is room now."""
+    if now - _last_sweep[0] >= 1.0:
+        _last_sweep[0] = now
+        # list() copies in one step under the GIL: other threads may add and pop meanwhile.
+        for key, (until, _) in list(blocked.items()):
+            if until <= now:
+                blocked.pop(key, None)
+    return len(blocked) < MAX_ENTRIES
+
+
 def remembered(blocked: Blocked, checks: Sequence[Check]) -> Decision | None:
     """The rejection of a client this process knows is rejected now, or None."""
     now = time.monotonic()
@@ -40,6 +55,8 @@ def remembered(blocked: Blocked, checks: Sequence[Check]) -> Decision | None:
             blocked.pop(key, None)
             continue
         left = until - now
+        # The store's clock now, from its time of the rejection and the time since.
+        at = seen.at + round((now - (until - seen.retry_after)) * 1_000_000) if seen.at else 0
         result = Result(
             rule=rule,
             identity=check.identity,
@@ -50,10 +67,28 @@ def remembered(blocked: Blocked, checks: Sequence[Check]) -> Decision | None:
             retry_after=left,
             delay=0.0,
             blocked=seen.blocked,
+            at=at,
             cost=check.cost,
         )
         return from_results([result])
     return None
+
+
+def never_admitted(check: Check) -> Result:
+    """The rejection of a check whose cost is more than its rule can ever admit: as the store
+    would answer it (nothing remaining counted, ask again in a window), without asking."""
+    rule = check.rule
+    return Result(
+        rule=rule,
+        identity=check.identity,
+        allowed=False,
+        limit=rule.limit,
+        remaining=0,
+        reset_at=time.time() + rule.period,
+        retry_after=float(rule.period),
+        delay=0.0,
+        cost=check.cost,
+    )
 
 
 def remember(blocked: Blocked, checks: Sequence[Check], results: Sequence[Result]) -> None:
@@ -70,9 +105,6 @@ def remember(blocked: Blocked, checks: Sequence[Check], results: Sequence[Result
         ):
             continue
         now = now or time.monotonic()
-        if len(blocked) >= MAX_ENTRIES:
-            for key in [k for k, (until, _) in blocked.items() if until <= now]:
-                blocked.pop(key, None)
-            if len(blocked) >= MAX_ENTRIES:
-                return
+        if len(blocked) >= MAX_ENTRIES and not _swept(blocked, now):
+            return
         blocked[rule.state_prefix + check.identity] = (now + result.retry_after, result)

@@ -9,6 +9,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Sequence
+from contextvars import ContextVar
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -28,7 +29,7 @@ from ..rules import ScopeSpec, get_rules, request_rules
 from ..signals import request_throttled
 from ..store import Check, Result, get_store
 from ..store.fallback import StoreUnavailable, adecide_guarded, decide_guarded
-from .blocks import Blocked, remember, remembered
+from .blocks import Blocked, never_admitted, remember, remembered
 from .giveback import agive_back, give_back, taken
 from .state import state_of
 
@@ -157,8 +158,16 @@ async def adecide(
 
 
 def _known(checks: Sequence[Check], dry_run: bool, blocked: Blocked | None) -> Decision | None:
-    """The rejection the block cache holds for one of these clients, or None."""
-    if not blocked or dry_run:
+    """A rejection known without the store, or None: a cost no enforcing rule's window or
+    bucket can ever hold (so no single request makes Redis work for it), or what the block
+    cache holds for one of these clients."""
+    if dry_run:
+        return None  # a dry run reports the state as it is
+    for check in checks:
+        rule = check.rule
+        if check.cost > rule.burst and rule.enforcing:  # burst: a bucket's size, else the limit
+            return from_results([never_admitted(check)])
+    if not blocked:
         return None
     known = remembered(blocked, checks)
     if known is not None and metrics.switch.on:
@@ -271,7 +280,9 @@ def enforce(
     if wait:
         if not delays.enter():
             give_back(taken(forget_taken(request, decision)))
-            return rejected(request, turned_away(decision, wait))
+            turned = turned_away(decision, wait)
+            announce(request, turned)
+            return rejected(request, turned)
         try:
             time.sleep(wait)
         finally:
@@ -294,7 +305,9 @@ async def aenforce(
     if wait:
         if not delays.enter():
             await agive_back(taken(forget_taken(request, decision)))
-            return rejected(request, turned_away(decision, wait))
+            turned = turned_away(decision, wait)
+            announce(request, turned)
+            return rejected(request, turned)
         try:
             await asyncio.sleep(wait)
         finally:
@@ -350,9 +363,19 @@ def turned_away(decision: Decision, wait: float) -> Decision:
         if result.rule.name == decision.rule and remaining is not None:
             remaining += result.cost  # given back
             break
-    turned = replace(decision, allowed=False, remaining=remaining, retry_after=wait, delay=0.0)
-    recording.note(turned)
-    return turned
+    # The delay rule rejects it now: recorded, counted and signalled as a rejection.
+    results = tuple(
+        replace(r, allowed=False, retry_after=wait) if r.rule.name == decision.rule else r
+        for r in decision.results
+    )
+    return replace(
+        decision,
+        allowed=False,
+        remaining=remaining,
+        retry_after=wait,
+        delay=0.0,
+        results=results,
+    )
 
 
 def release_leases(request: Any) -> None:
@@ -368,6 +391,27 @@ async def arelease_leases(request: Any) -> None:
     await agive_back(taken(leases))
 
 
+# The requests of the current handler call that hold leases. request_started puts a new
+# list in the handler's context (the request's thread under WSGI; under ASGI the handler's
+# task, whose request task shares the list), request_finished ends what is in it.
+_holding: ContextVar[list[Any] | None] = ContextVar("django_throttle_holding", default=None)
+
+
+def request_started(**kwargs: Any) -> None:
+    _holding.set([])
+
+
+def request_finished(**kwargs: Any) -> None:
+    """The final response is closed: end the leases of the request, also when an outer
+    middleware answered with a response of its own (a 304, a redirect), which the server
+    closes instead of ours."""
+    holding = _holding.get()
+    if holding:
+        requests, holding[:] = list(holding), []
+        for request in requests:
+            release_leases(request)
+
+
 def finish(request: Any, response: Any) -> Any:
     """Write the rate-limit headers of the request's decisions on a response that has none:
     our own 429s have them; a view's response, or a 429 of DRF's, does not. Concurrency
@@ -378,6 +422,9 @@ def finish(request: Any, response: Any) -> Any:
         # Django calls these from response.close(), which every server calls when the
         # response is done (WSGI's close(), and ASGIHandler after the last body chunk).
         response._resource_closers.append(partial(release_leases, request))  # type: ignore[attr-defined]
+        holding = _holding.get()
+        if holding is not None:
+            holding.append(request)
     decision = state.for_headers()
     if (
         decision is not None

@@ -1,34 +1,50 @@
 """Giving back what a decision took: an attempt counted before it happened that turned out
 fine (``refund()``, ``refund_key()``), the end of a concurrency lease, a delayed request
 turned away past MAX_DELAYED. One store call (refund.lua), atomic for every algorithm, never
-below empty. A refund that cannot reach the store is logged and dropped: what it would have
-given back stays counted, which can only limit more, never less."""
+below empty. What the local fallback decided while the store was down is given back to it.
+A refund that cannot reach the store is logged (once per outage) and dropped: what it would
+have given back stays counted, which can only limit more, never less."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import NamedTuple
+
+from redis.exceptions import TryAgainError
 
 from ..conf import conf
+from ..rules import rule_cache
 from ..store import Check, Result, get_store
+from ..store.breaker import CLOSED
 from ..store.errors import STORE_ERRORS
-from ..store.fallback import async_store, breaker
+from ..store.fallback import async_store, breaker, breaker_moved, local_fallback
 
 logger = logging.getLogger("django_throttle")
 
 
-def taken(results: Sequence[Result], cost: int | None = None) -> list[tuple[int, list[Check]]]:
-    """The checks to give back, by decision time (``cost`` replaces each result's cost)."""
-    by_time: dict[int, list[Check]] = {}
+class Refund(NamedTuple):
+    """Checks to give back, as decided at ``at`` (0: no decision known), by the store or by
+    the local fallback (``local``)."""
+
+    at: int
+    local: bool
+    checks: list[Check]
+
+
+def taken(results: Sequence[Result], cost: int | None = None) -> list[Refund]:
+    """The refunds of these results (``cost`` replaces each result's cost)."""
+    by_decision: dict[tuple[int, bool], list[Check]] = {}
     for result in results:
         check = Check(result.rule, result.identity, result.cost if cost is None else cost)
-        by_time.setdefault(result.at, []).append(check)
-    return list(by_time.items())
+        by_decision.setdefault((result.at, result.local), []).append(check)
+    return [Refund(at, local, checks) for (at, local), checks in by_decision.items()]
 
 
-def give_back(refunds: Sequence[tuple[int, Sequence[Check]]]) -> None:
-    """Refund these checks, each group as decided at its time (0: none known)."""
-    if not refunds:
+def give_back(refunds: Sequence[Refund]) -> None:
+    """Refund these checks where they were decided."""
+    remote = _split(refunds)
+    if not remote:
         return
     token = breaker.allow()
     if token is None:
@@ -36,24 +52,29 @@ def give_back(refunds: Sequence[tuple[int, Sequence[Check]]]) -> None:
         return
     try:
         store = get_store()
-        for at, checks in refunds:
-            store.refund(checks, at)
+        for refund in remote:
+            store.refund(refund.checks, refund.at)
+    except TryAgainError as exc:
+        _dropped(repr(exc))  # a slot migrating: this refund only, not an outage
+        return
     except STORE_ERRORS as exc:
         breaker.failed(exc, token)
+        breaker_moved()
         _dropped(repr(exc))
         return
     except BaseException:
         breaker.abandoned(token)
         raise
-    breaker.succeeded(token)
+    _succeeded(token)
 
 
-async def agive_back(refunds: Sequence[tuple[int, Sequence[Check]]]) -> None:
+async def agive_back(refunds: Sequence[Refund]) -> None:
     """give_back() on the event loop's own asyncio client."""
-    if not refunds:
-        return
     if not conf.uses_redis:
         give_back(refunds)
+        return
+    remote = _split(refunds)
+    if not remote:
         return
     token = breaker.allow()
     if token is None:
@@ -61,21 +82,57 @@ async def agive_back(refunds: Sequence[tuple[int, Sequence[Check]]]) -> None:
         return
     try:
         store = await async_store()
-        for at, checks in refunds:
-            await store.refund(checks, at)
+        for refund in remote:
+            await store.refund(refund.checks, refund.at)
+    except TryAgainError as exc:
+        _dropped(repr(exc))
+        return
     except STORE_ERRORS as exc:
         breaker.failed(exc, token)
+        breaker_moved()
         _dropped(repr(exc))
         return
     except BaseException:
         breaker.abandoned(token)
         raise
-    breaker.succeeded(token)
+    _succeeded(token)
+
+
+def _split(refunds: Sequence[Refund]) -> list[Refund]:
+    """Give back the local fallback's refunds here and now; return the store's. The clients
+    given back to are forgotten by this process's block cache: they may fit again."""
+    rules = rule_cache().current()
+    blocked = rules.blocked if rules is not None else None
+    remote = []
+    for refund in refunds:
+        if blocked:
+            for check in refund.checks:
+                blocked.pop(check.rule.state_prefix + check.identity, None)
+        if refund.local:
+            local_fallback.refund(refund.checks, refund.at)
+        elif refund.checks:
+            remote.append(refund)
+    return remote
+
+
+_dropping = False  # a refund failed and no store call has worked since: said once
+
+
+def _succeeded(token: int) -> None:
+    global _dropping
+    if breaker.state != CLOSED:  # this call may be the probe that closes the breaker
+        breaker.succeeded(token)
+        breaker_moved()
+    _dropping = False
 
 
 def _dropped(why: str) -> None:
+    global _dropping
+    if _dropping:
+        return
+    _dropping = True
     logger.warning(
         "django_throttle: a refund could not be made (%s); what it would give back stays "
-        "counted until its window or lease ends",
+        "counted until its window or lease ends (said once until refunds work again)",
         why,
     )

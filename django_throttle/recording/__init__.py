@@ -49,6 +49,7 @@ import os
 
 from ..choices import RejectionAction
 from ..decision import Decision
+from ..store import Result
 from .buffer import MAX_KEYS, PUSH_INTERVAL, RejectionLog
 from .database import (
     LEVELS,
@@ -168,8 +169,13 @@ def _note(decision: Decision) -> None:
         for result in decision.results:
             rule = result.rule
             if rule.name == decision.rule and not result.allowed and rule.enforcing:
-                rejection_log.add(rule.name, result.identity, REJECT)
+                rejection_log.add(rule.name, result.identity, REJECT, _when(result))
                 break
     for result in decision.results:
         if not result.allowed and not result.rule.enforcing:
-            rejection_log.add(result.rule.name, result.identity, SHADOW)
+            rejection_log.add(result.rule.name, result.identity, SHADOW, _when(result))
+
+
+def _when(result: Result) -> float | None:
+    """The store's time of the decision: filed under its minute, whatever this host's clock."""
+    return result.at / 1_000_000 if result.at else None

@@ -175,7 +175,8 @@ class RejectionLog:
                 next_flush = time.monotonic() + conf.FLUSH_INTERVAL
                 with self._lock:
                     # Decided under the lock: add() starts a new thread once this one is gone.
-                    if not self._counts and not self._active:
+                    # Counts taken from Redis and not read yet (it failed) keep it going.
+                    if not self._counts and not self._active and self._held is None:
                         if self._thread is me:
                             self._thread = None
                         return

@@ -191,6 +191,11 @@ class RuleCache:
         else:
             self.bump_pending = False
 
+    def current(self) -> RuleSet | None:
+        """The rules in force now, without a refresh (which may read the database); None
+        before they are first loaded."""
+        return self._rules
+
     def invalidate(self) -> None:
         """Re-read the rules at the next request of this process."""
         self._next_check = 0.0

@@ -38,6 +38,7 @@ class Result:
     blocked: bool = False  # rejected by the rule's block duration (until retry_after)
     at: int = 0  # the store's time of the decision, in microseconds (what a refund undoes)
     cost: int = 1  # what the check asked for
+    local: bool = False  # decided by this process's fallback while the store was unreachable
 
 
 class Store(Protocol):

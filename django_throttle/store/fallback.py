@@ -51,12 +51,14 @@ def _unavailable(checks: Sequence[Check], dry_run: bool) -> StoreUnavailable:
         open_checks = [c for c in checks if not fails_closed(c.rule)]
         if open_checks:
             results = local_fallback.decide(open_checks, dry_run)
+            for result in results:
+                result.local = True  # a refund or a lease's end goes back here
             if not dry_run and metrics.switch.on:
                 metrics.fallback_decided(results)
     return StoreUnavailable(results, breaker.retry_after)
 
 
-def _breaker_moved() -> None:
+def breaker_moved() -> None:
     """Show the breaker's state on the store_available gauge."""
     if metrics.switch.on:
         metrics.store_state(lambda: breaker.state == CLOSED)
@@ -80,14 +82,14 @@ def decide_guarded(
         return _unavailable(checks, dry_run)  # a slot migrating: this request only
     except STORE_ERRORS as exc:
         breaker.failed(exc, token)
-        _breaker_moved()
+        breaker_moved()
         return _unavailable(checks, dry_run)
     except BaseException:
         breaker.abandoned(token)  # interrupted: no verdict on the store, never a stuck probe
         raise
     if breaker.state != CLOSED:  # this call may be the probe that closes the breaker
         breaker.succeeded(token)
-        _breaker_moved()
+        breaker_moved()
     return results
 
 
@@ -131,7 +133,7 @@ def reset_fallback() -> None:
     breaker.reset()
     local_fallback.clear()
     metrics.reconfigure()  # a settings change resets the store: METRICS may have changed too
-    _breaker_moved()
+    breaker_moved()
 
 
 async def adecide_guarded(
@@ -154,7 +156,7 @@ async def adecide_guarded(
         return _unavailable(checks, dry_run)
     except STORE_ERRORS as exc:
         breaker.failed(exc, token)
-        _breaker_moved()
+        breaker_moved()
         return _unavailable(checks, dry_run)
     except BaseException:
         # CancelledError: the client went away (Django cancels the view) or a timeout
@@ -163,5 +165,5 @@ async def adecide_guarded(
         raise
     if breaker.state != CLOSED:
         breaker.succeeded(token)
-        _breaker_moved()
+        breaker_moved()
     return results

@@ -29,15 +29,30 @@ def _clamp(value: float) -> int:
     return 0 if value < 0 else math.floor(value + 1e-9)
 
 
-def _without(entries: list[int], at: int, cost: int) -> list[int]:
-    """A log without the ``cost`` entries a decision at ``at`` added (0: the newest)."""
-    if not at:
-        return entries[: max(0, len(entries) - cost)]
+def _time(entry: tuple[int, int]) -> int:
+    return entry[0]
+
+
+def _without(entries: list[tuple[int, int]], at: int, cost: int) -> list[tuple[int, int]]:
+    """A log with ``cost`` units given back from the entries of a decision at ``at`` (0: from
+    the newest entries), as refund.lua does."""
     kept = list(entries)
-    for _ in range(cost):
-        if at not in kept:
-            break
-        kept.pop(len(kept) - 1 - kept[::-1].index(at))
+    left = cost
+    j = len(kept) - 1
+    while left > 0 and j >= 0:
+        logged, units = kept[j]
+        if at and logged != at:
+            if logged < at:
+                break
+            j -= 1
+            continue
+        if units <= left:
+            del kept[j]
+            left -= units
+        else:
+            kept[j] = (logged, units - left)
+            left = 0
+        j -= 1
     return kept
 
 
@@ -252,22 +267,28 @@ class MemoryStore:
     def _sliding_window_log(
         self, key: str, now: int, limit: int, period: int, cost: int
     ) -> Evaluation:
+        # (time, units) per admitted request, as decide.lua keeps one member per request.
         floor = now - period
-        entries: list[int] = self._get(key, now) or []
-        live = entries[bisect_right(entries, floor) :]
-        count = len(live)
+        entries: list[tuple[int, int]] = self._get(key, now) or []
+        live = entries[bisect_right(entries, (floor, math.inf)) :]
+        count = sum(units for _, units in live)
         if count + cost <= limit:
 
             def write() -> None:
-                kept = live + [now] * cost
-                kept.sort()  # already sorted, unless the clock stepped back
-                self._set(key, kept, now, kept[-1] - now + period)
+                kept = [*live, (now, cost)]
+                kept.sort(key=_time)  # already sorted, unless the clock stepped back
+                self._set(key, kept, now, kept[-1][0] - now + period)
 
             return True, limit - count - cost, limit - count, period, 0, 0, write
-        reset_after = live[-1] + period - now if count else 0
+        reset_after = live[-1][0] + period - now if live else 0
         retry = period
         if cost <= limit:
-            retry = live[count + cost - limit - 1] + period - now
+            need = count + cost - limit  # units that must expire first
+            for logged, units in live:
+                need -= units
+                if need <= 0:
+                    retry = logged + period - now
+                    break
         remaining = _clamp(limit - count)
         return False, remaining, remaining, reset_after, retry, 0, None
 

@@ -34,7 +34,7 @@
 -- Windows are aligned to multiples of the period since the epoch (calendar
 -- windows: to the starts the caller computed in its time zone). Buckets
 -- are one number, the theoretical arrival time (GCRA) in microseconds. The
--- log is a sorted set of one entry per unit of cost, scored by its time.
+-- log is a sorted set of one entry per admitted request, scored by its time.
 
 local t = redis.call('TIME')
 local now_s = tonumber(t[1])
@@ -168,17 +168,41 @@ for i = 1, n do
     end
 
   elseif code == 'l' or code == 'n' then
-    -- Sliding window log: a sorted set, one entry per unit of cost, scored by time.
-    -- Concurrency: the same set, whose entries are leases ended early by a refund.
+    -- Sliding window log: a sorted set of the admitted requests, scored by time. A
+    -- request of cost 1 is a member ("<microsecond><3-digit sequence>"); one of cost c
+    -- is one member too, suffixed "x<c>", whose c - 1 extra units are kept in the
+    -- tally member "#" (score minus the extra units of the set), so a costly request
+    -- is one entry, not c. Concurrency: the same set, whose entries are leases ended
+    -- early by a refund.
     local floor = now - period
-    local count = redis.call('ZCOUNT', key, '(' .. string.format('%d', floor), '+inf')
+    local floor_s = string.format('%d', floor)
+    local extra = -tonumber(redis.call('ZSCORE', key, '#') or 0)
+    if extra > 0 then
+      -- Costly entries that expired give their extra units back. This housekeeping
+      -- changes nothing a decision can see, so it is done even when nothing else is.
+      local dead = redis.call('ZRANGEBYSCORE', key, '(0', floor_s)
+      if #dead > 0 then
+        for _, m in ipairs(dead) do
+          local c = string.match(m, 'x(%d+)$')
+          if c then extra = extra - (tonumber(c) - 1) end
+        end
+        redis.call('ZREMRANGEBYSCORE', key, '(0', floor_s)
+        if extra > 0 then
+          redis.call('ZADD', key, -extra, '#')
+        else
+          extra = 0
+          redis.call('ZREM', key, '#')
+        end
+      end
+    end
+    local count = redis.call('ZCOUNT', key, '(' .. floor_s, '+inf') + extra
     rem_now = clamp(limit - count)
     if count + cost <= limit then
       ok, rem_after, reset_after = true, limit - count - cost, period
-      -- Every unit is logged at now, so it leaves the trailing interval exactly when
-      -- the request does. Members stay distinct with a sequence number after the
-      -- entries already logged at this microsecond (counted here, not at commit, so
-      -- the same key twice in one call is logged once, as other algorithms write once).
+      -- Logged at now, so it leaves the trailing interval exactly when the request
+      -- does. Members stay distinct with a sequence number after the entries already
+      -- logged at this microsecond (counted here, not at commit, so the same key twice
+      -- in one call is logged once, as other algorithms write once).
       local stamp = string.format('%d', now)
       log_stamp[i] = stamp
       log_seq[i] = redis.call('ZCOUNT', key, stamp, stamp)
@@ -190,10 +214,28 @@ for i = 1, n do
       end
       retry = period
       if cost <= limit then
-        -- The request fits once the (count + cost - limit) oldest live entries expire.
-        local nth = redis.call('ZRANGEBYSCORE', key, '(' .. string.format('%d', floor),
-          '+inf', 'WITHSCORES', 'LIMIT', count + cost - limit - 1, 1)
-        retry = tonumber(nth[2]) + period - now
+        -- The request fits once the (count + cost - limit) oldest live units expire.
+        local need = count + cost - limit
+        if extra == 0 then
+          local nth = redis.call('ZRANGEBYSCORE', key, '(' .. floor_s, '+inf',
+            'WITHSCORES', 'LIMIT', need - 1, 1)
+          retry = tonumber(nth[2]) + period - now
+        else
+          local offset = 0
+          while need > 0 do
+            local chunk = redis.call('ZRANGEBYSCORE', key, '(' .. floor_s, '+inf',
+              'WITHSCORES', 'LIMIT', offset, 100)
+            if #chunk == 0 then break end
+            for j = 1, #chunk, 2 do
+              need = need - tonumber(string.match(chunk[j], 'x(%d+)$') or 1)
+              if need <= 0 then
+                retry = tonumber(chunk[j + 1]) + period - now
+                break
+              end
+            end
+            offset = offset + 100
+          end
+        end
       end
       -- A lease usually ends long before it expires: ask again soon.
       if code == 'n' and retry > 1000000 then retry = 1000000 end
@@ -262,26 +304,19 @@ elseif not dry then
         local cost = tonumber(ARGV[a + 4])
         local stamp, seq = log_stamp[i], log_seq[i]
         -- ZADD before the trim: Redis lets a script that has written go on past
-        -- maxmemory, and ZREMRANGEBYSCORE is a write that OOM does not refuse.
-        -- ZADD in chunks: unpack() of a huge table would overflow Lua's C stack.
-        -- A member is the microsecond and a 3-digit sequence: one integer of 19
-        -- digits that Redis stores in 8 bytes (a string would cost ~20); past 999
-        -- entries in one microsecond, a string keeps it unique.
-        local args = {}
-        for j = 0, cost - 1 do
-          local s = seq + j
-          args[#args + 1] = stamp
-          if s < 1000 then
-            args[#args + 1] = stamp .. string.format('%03d', s)
-          else
-            args[#args + 1] = stamp .. ':' .. s
-          end
-          if #args >= 1000 or j == cost - 1 then
-            redis.call('ZADD', key, unpack(args))
-            args = {}
-          end
+        -- maxmemory, and ZREMRANGEBYSCORE is a write that OOM does not refuse. A
+        -- member is the microsecond and a 3-digit sequence: one integer of 19 digits
+        -- that Redis stores in 8 bytes (a string would cost ~20); past 999 entries in
+        -- one microsecond, a string keeps it unique.
+        local member = stamp .. string.format('%03d', seq)
+        if seq >= 1000 then member = stamp .. ':' .. seq end
+        if cost > 1 then
+          redis.call('ZADD', key, stamp, member .. 'x' .. cost)
+          redis.call('ZINCRBY', key, 1 - cost, '#')
+        else
+          redis.call('ZADD', key, stamp, member)
         end
-        redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - period))
+        redis.call('ZREMRANGEBYSCORE', key, '(0', string.format('%d', now - period))
         -- The newest entry is now, unless the server's clock stepped back.
         local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
         redis.call('PEXPIRE', key, px(tonumber(newest[2]) - now + period))

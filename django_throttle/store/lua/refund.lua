@@ -63,24 +63,40 @@ for i = 1, #KEYS do
       end
     end
 
-  elseif (code == 'l' or code == 'n') and newest then
-    -- No decision time: the newest entries go (the same count, a moment younger).
-    if #redis.call('ZPOPMAX', key, cost) > 0 then changed = changed + 1 end
-
   elseif code == 'l' or code == 'n' then
-    -- The decision logged its units at its own microsecond, after any entries
-    -- already there: the last ones at that score are its own.
-    local stamp = string.format('%d', at)
-    local members = redis.call('ZRANGEBYSCORE', key, stamp, stamp)
-    local drop = {}
-    for j = #members, math.max(1, #members - cost + 1), -1 do
-      drop[#drop + 1] = members[j]
-      if #drop >= 1000 then
-        redis.call('ZREM', key, unpack(drop))
-        drop = {}
+    -- Give back cost units from the decision's own entries (the newest at its
+    -- microsecond: ours came after any already there), or with no decision time from
+    -- the newest entries (the same count, a moment younger). A costly entry
+    -- ("...x<c>", its extra units in the tally "#") may be given back in part.
+    local members
+    if newest then
+      members = redis.call('ZREVRANGEBYSCORE', key, '+inf', '(0', 'LIMIT', 0, cost)
+    else
+      local stamp = string.format('%d', at)
+      members = redis.call('ZREVRANGEBYSCORE', key, stamp, stamp, 'LIMIT', 0, cost)
+    end
+    local left, extra_back = cost, 0
+    for _, m in ipairs(members) do
+      if left <= 0 then break end
+      local base, c = string.match(m, '^(.-)x(%d+)$')
+      local units = tonumber(c or 1)
+      if units <= left then
+        redis.call('ZREM', key, m)
+        left = left - units
+        extra_back = extra_back + units - 1
+      else
+        local score = redis.call('ZSCORE', key, m)
+        redis.call('ZREM', key, m)
+        local rest = units - left
+        if rest > 1 then base = base .. 'x' .. rest end
+        redis.call('ZADD', key, score, base)
+        extra_back = extra_back + left
+        left = 0
       end
     end
-    if #drop > 0 then redis.call('ZREM', key, unpack(drop)) end
+    if extra_back > 0 and tonumber(redis.call('ZINCRBY', key, extra_back, '#')) >= 0 then
+      redis.call('ZREM', key, '#')
+    end
     if #members > 0 then changed = changed + 1 end
 
   else

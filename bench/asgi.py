@@ -1,0 +1,226 @@
+"""ThrottleMiddleware under ASGI beside WSGI: the time it adds to a request, against a raw EVALSHA.
+
+    .venv/bin/python bench/asgi.py [--quick] [--async-view] [--algorithm ALGORITHM]
+
+Run from the repository root. Django runs in this process, pinned to CPU 0 beside its own
+redis-server (``taskset -c 0``), with one ``*`` rule (a sliding window counter of 10^9 an
+hour, so every request is admitted) in Redis. Interleaved call by call: a raw redis-py EVALSHA
+of ``return 1`` (the reference of the ratios) and the same through redis.asyncio; the same GET
+through Django's ``WSGIHandler`` and through its ``ASGIHandler``, each without the middleware
+(the baseline) and with ``ThrottleMiddleware``. The ASGI app is driven directly on one event
+loop kept for the whole run: an HTTP scope, a ``receive`` that gives the request and then
+waits, a ``send`` that keeps the messages (each request is one ``run_until_complete``, with
+or without the middleware alike). The view is a plain sync view, as in bench/e2e.py;
+``--async-view`` makes it a coroutine (which WSGI runs through async_to_sync). The added time
+is the difference of medians to the baseline of the same handler, also as a ratio to the raw
+EVALSHA; last, INFO commandstats counts the EVALSHA calls per request with the middleware.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from typing import Any
+
+import harness
+from harness import Case
+
+N_CLIENTS = 1000
+THROTTLE = "django_throttle.middleware.ThrottleMiddleware"
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+]
+# One SQLite database in memory for every thread: under ASGI, Django's sync parts (and the
+# middleware's, through sync_to_async) run in other threads than the one that made the rule.
+DATABASE = "file:bench-asgi?mode=memory&cache=shared"
+
+urlpatterns: list[Any] = []  # this module is the ROOT_URLCONF; filled in by urls()
+
+
+def urls() -> None:
+    from django.http import HttpResponse
+    from django.urls import path
+
+    def plain(request: Any) -> HttpResponse:
+        return HttpResponse("ok")
+
+    async def aplain(request: Any) -> HttpResponse:
+        return HttpResponse("ok")
+
+    urlpatterns[:] = [path("p/", plain, name="plain"), path("a/", aplain, name="aplain")]
+
+
+def middleware(throttled: bool) -> None:
+    """The chain a handler builds when it is made, from the settings of now."""
+    from django.conf import settings
+
+    settings.MIDDLEWARE = MIDDLEWARE + ([THROTTLE] if throttled else [])
+
+
+def wsgi_case(name: str, throttled: bool, path: str) -> Case:
+    from django.core.handlers.wsgi import WSGIHandler
+    from django.test import RequestFactory
+
+    middleware(throttled)
+    app = WSGIHandler()
+    factory = RequestFactory()
+    environs = [factory.get(path, REMOTE_ADDR=a).environ for a in harness.addresses(N_CLIENTS)]
+
+    def call(environ: dict[str, Any]) -> None:
+        response = app(environ, lambda status, headers, exc_info=None: None)
+        assert response.status_code == 200, response.status_code
+
+    return Case(name, call, lambda i: dict(environs[i % N_CLIENTS]))
+
+
+def scope(path: str, client_ip: str) -> dict[str, Any]:
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"testserver")],
+        "client": (client_ip, 40000),
+        "server": ("testserver", 80),
+    }
+
+
+async def asgi_get(app: Any, request_scope: dict[str, Any]) -> int:
+    """One GET through the ASGI app; its status. The client stays connected until Django is
+    done (Django cancels its wait for a disconnect then)."""
+    sent: list[dict[str, Any]] = []
+    requested = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal requested
+        if not requested:
+            requested = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await asyncio.Event().wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await app(request_scope, receive, send)
+    return next(m["status"] for m in sent if m["type"] == "http.response.start")
+
+
+def asgi_case(name: str, throttled: bool, path: str, loop: asyncio.AbstractEventLoop) -> Case:
+    from django.core.handlers.asgi import ASGIHandler
+
+    middleware(throttled)
+    app = ASGIHandler()
+    scopes = [scope(path, a) for a in harness.addresses(N_CLIENTS)]
+
+    def call(request_scope: dict[str, Any]) -> None:
+        status = loop.run_until_complete(asgi_get(app, request_scope))
+        assert status == 200, status
+
+    return Case(name, call, lambda i: dict(scopes[i % N_CLIENTS]))
+
+
+def async_evalsha(url: str, loop: asyncio.AbstractEventLoop) -> Case:
+    """redis.asyncio's EVALSHA of ``return 1``, one ``run_until_complete`` each, as a request."""
+    import redis.asyncio
+
+    client = redis.asyncio.Redis.from_url(url, socket_timeout=1.0)
+    sha = loop.run_until_complete(client.script_load("return 1"))
+    return Case(
+        "raw EVALSHA `return 1` (redis.asyncio)",
+        lambda _: loop.run_until_complete(client.evalsha(sha, 0)),
+    )
+
+
+def evalsha_per_request(url: str, case: Case, n: int = 20) -> float:
+    """EVALSHA calls per request through ``case`` (INFO commandstats): 1 if the middleware
+    decides in Redis once per request."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    client.config_resetstat()
+    for i in range(n):
+        case.op(case.prep(i))
+    calls = client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+    client.close()
+    return calls / n
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="3 rounds x 500 requests")
+    parser.add_argument("--async-view", action="store_true", help="an async view")
+    parser.add_argument("--algorithm", default="sliding_window_counter", help="the rule's")
+    args = parser.parse_args()
+    rounds, per_round = (3, 500) if args.quick else (7, 2000)
+    path = "/a/" if args.async_view else "/p/"
+    with harness.RedisServer(cpu=0) as server:
+        harness.pin_client(0)  # before the loop and any thread: they inherit CPU 0
+        harness.configure_django(
+            server.url,
+            apps=["django.contrib.sessions", "django_throttle"],
+            migrate=True,
+            database=DATABASE,
+            ROOT_URLCONF=__name__,
+            MIDDLEWARE=MIDDLEWARE,
+            SESSION_ENGINE="django.contrib.sessions.backends.signed_cookies",
+        )
+        urls()
+        harness.create_rules([("*", args.algorithm, 10**9, "hour")])
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        cases = [
+            harness.raw_evalsha(server.url),
+            async_evalsha(server.url, loop),
+            wsgi_case("WSGI: Django, no throttling", False, path),
+            wsgi_case("WSGI: ThrottleMiddleware, 1 rule", True, path),
+            asgi_case("ASGI: Django, no throttling", False, path, loop),
+            asgi_case("ASGI: ThrottleMiddleware, 1 rule", True, path, loop),
+        ]
+        harness.print_machine()
+        try:
+            harness.interleaved(cases, rounds, per_round, warmup=N_CLIENTS)
+            per_request = {c.name[:4]: evalsha_per_request(server.url, c) for c in cases[3::2]}
+        finally:
+            loop.close()
+    view = "an async" if args.async_view else "a sync"
+    print(
+        f"\n## Middleware per request under WSGI and ASGI, one `*` rule ({args.algorithm}) "
+        f"in Redis, {view} view ({rounds} x {per_round} each)\n"
+    )
+    raw = cases[0].median_us
+    base = {"WSGI": cases[2].median_us, "ASGI": cases[4].median_us}
+    added = {}
+    rows = []
+    for c in cases:
+        handler = c.name[:4]
+        plus = c.median_us - base[handler] if "Throttle" in c.name else None
+        if plus is not None:
+            added[handler] = plus
+        rows.append(
+            (
+                c.name,
+                f"{c.median_us:.1f}",
+                f"{c.p99_us:.1f}",
+                "-" if plus is None else f"{plus:.1f}",
+                "-" if plus is None else f"{plus / raw:.2f}x",
+            )
+        )
+    harness.table(("case", "median µs", "p99 µs", "added µs", "added / raw EVALSHA"), rows)
+    print(
+        f"\nAdded time under ASGI {added['ASGI']:.1f} µs, under WSGI {added['WSGI']:.1f} µs: "
+        f"ASGI / WSGI {added['ASGI'] / added['WSGI']:.2f}x (target for both: at most 1.3x the "
+        f"raw EVALSHA, {1.3 * raw:.1f} µs). EVALSHA per request with the middleware: "
+        f"{per_request['WSGI']:g} under WSGI, {per_request['ASGI']:g} under ASGI."
+    )
+
+
+if __name__ == "__main__":
+    main()

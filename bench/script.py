@@ -1,0 +1,388 @@
+"""decide.lua at the floor: its server time per check beside minimal scripts of the same commands.
+
+    .venv/bin/python bench/script.py [--quick]
+
+Run from the repository root. One run starts its own redis-server (pinned with ``taskset -c
+0``) and pins itself to the same CPU. For each algorithm, these EVALSHA calls take turns, a
+chunk of calls each, round after round:
+
+- decide.lua with 1, 3 and 5 checks of that algorithm (different rules, one client), called
+  with exactly the KEYS and ARGV the package builds (``script_input`` of compiled rules);
+- a minimal hand-written script that makes, for one check, the Redis commands decide.lua
+  makes on that algorithm's admitted path, with only the arithmetic its writes need (MINIMAL
+  below);
+- and, once for all, ``return 1``.
+
+Every call is admitted (limits of 10^9 an hour; the buckets: 1,000 an hour with a burst of
+10^9, so that they do not drain between calls). The calls go round 1,000 clients (``--quick``:
+200), each client's state written once before timing starts, so every call finds a state.
+The time of a case is the server's: ``INFO commandstats`` (``cmdstat_evalsha`` usec / calls),
+reset with ``CONFIG RESETSTAT`` before each chunk of calls and summed over the rounds.
+
+Printed: per algorithm, decide.lua's µs per call with 1, 3 and 5 checks, the minimal script's,
+their ratio (target: at most 1.3x) and the cost of each extra check, (t5 - t1) / 4 (target: at
+most the minimal script's); then, as a check on the bench itself, the Redis commands per call
+that decide.lua (1 check) and the minimal script make, and the shape of the state each leaves:
+a difference means MINIMAL no longer matches decide.lua and needs updating.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import harness
+from harness import HOUR
+
+LIMIT = 10**9  # per hour: every call is admitted
+# The buckets' rate per hour, their burst LIMIT: each call leaves 3.6 s of backlog, so every
+# call finds its client's state (at 10^9 an hour a bucket drains between a client's calls,
+# its key expiring after 1 ms), and every call is admitted all the same.
+BUCKET_RATE = 1000
+BUCKETS = ("token_bucket", "leaky_bucket")
+CHECKS = (1, 3, 5)
+RATIO_TARGET = 1.3
+ALGORITHMS = (  # in the order of issue 14
+    "fixed_window",
+    "sliding_window_counter",
+    "sliding_window_log",
+    "token_bucket",
+    "leaky_bucket",
+    "concurrency",
+)
+
+# -- the minimal scripts ------------------------------------------------------------------------
+#
+# One check on the admitted path, the same Redis commands decide.lua makes there and the same
+# writes (value, TTL), nothing else: no block key (rules without one), no limit compared, no
+# reply built. KEYS[1] is the state key; ARGV is what the arithmetic needs (minimal_args).
+
+# Fixed window: TIME, GET, SET "window:count" PX (until the window ends). ARGV: period (s), cost.
+WINDOW = """
+local t = redis.call('TIME')
+local p = tonumber(ARGV[1])
+local w = math.floor(t[1] / p)
+local count = 0
+local v = redis.call('GET', KEYS[1])
+if v then
+  local sw, sc = string.match(v, '^(%d+):(%d+)$')
+  if tonumber(sw) == w then count = tonumber(sc) end
+end
+local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
+redis.call('SET', KEYS[1], string.format('%d:%d', w, count + ARGV[2]), 'PX',
+  (w + 1) * p * 1000 - now_ms)
+return 1
+"""
+
+# Sliding window counter: TIME, GET, SET "window:current:previous" PX (until the next window
+# ends). ARGV: period (s), cost.
+COUNTER = """
+local t = redis.call('TIME')
+local p = tonumber(ARGV[1])
+local w = math.floor(t[1] / p)
+local cur, prev = 0, 0
+local v = redis.call('GET', KEYS[1])
+if v then
+  local sw, sc, sp = string.match(v, '^(%d+):(%d+):(%d+)$')
+  sw = tonumber(sw)
+  if sw == w then
+    cur, prev = tonumber(sc), tonumber(sp)
+  elseif sw == w - 1 then
+    prev = tonumber(sc)
+  end
+end
+local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
+redis.call('SET', KEYS[1], string.format('%d:%d:%d', w, cur + ARGV[2], prev), 'PX',
+  (w + 2) * p * 1000 - now_ms)
+return 1
+"""
+
+# Sliding window log and concurrency (one entry, cost 1): TIME, ZSCORE of the tally member "#"
+# (the extra units of costly entries), ZCOUNT of the trailing period, ZCOUNT at now (the
+# member's sequence number), ZADD, ZREMRANGEBYSCORE, ZRANGE -1 -1 WITHSCORES, PEXPIRE (until
+# the newest entry leaves the period). ARGV: period (µs).
+LOG = """
+local t = redis.call('TIME')
+local now = t[1] * 1000000 + t[2]
+local key = KEYS[1]
+local floor = string.format('%d', now - ARGV[1])
+local stamp = string.format('%d', now)
+redis.call('ZSCORE', key, '#')
+redis.call('ZCOUNT', key, '(' .. floor, '+inf')
+local seq = redis.call('ZCOUNT', key, stamp, stamp)
+redis.call('ZADD', key, stamp, stamp .. string.format('%03d', seq))
+redis.call('ZREMRANGEBYSCORE', key, '(0', floor)
+local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+redis.call('PEXPIRE', key, math.ceil((newest[2] - now + ARGV[1]) / 1000))
+return 1
+"""
+
+# Token and leaky bucket: TIME, GET, SET "arrival time" PX (until the bucket is empty again).
+# ARGV: period (µs), limit, cost.
+BUCKET = """
+local t = redis.call('TIME')
+local now = t[1] * 1000000 + t[2]
+local tat = tonumber(redis.call('GET', KEYS[1]) or 0)
+if tat < now then tat = now end
+local backlog = tat - now + ARGV[3] * ARGV[1] / ARGV[2]
+redis.call('SET', KEYS[1], string.format('%d', now + math.floor(backlog)), 'PX',
+  math.ceil(backlog / 1000))
+return 1
+"""
+
+MINIMAL = {
+    "fixed_window": WINDOW,
+    "sliding_window_counter": COUNTER,
+    "sliding_window_log": LOG,
+    "token_bucket": BUCKET,
+    "leaky_bucket": BUCKET,
+    "concurrency": LOG,
+}
+
+
+def minimal_args(rule: Any, cost: int = 1) -> list[Any]:
+    """ARGV of the algorithm's minimal script for one check of ``rule``."""
+    if rule.algorithm in ("fixed_window", "sliding_window_counter"):
+        return [rule.period, cost]
+    if rule.algorithm in ("sliding_window_log", "concurrency"):
+        return [rule.period * 1_000_000]
+    return [rule.period * 1_000_000, rule.limit, cost]
+
+
+# -- the cases ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Case:
+    """EVALSHA of ``sha`` with ``inputs[i % clients]`` (number of keys, KEYS, ARGV) as call i;
+    ``usec`` and ``calls`` from commandstats, ``commands`` what the script called in them."""
+
+    name: str
+    sha: str
+    inputs: list[tuple[Any, ...]]
+    usec: int = 0
+    calls: int = 0
+    commands: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def us(self) -> float:
+        return self.usec / self.calls
+
+    def per_call(self) -> str:
+        """``get 1, set 1, time 1``: the commands it made per call."""
+        return ", ".join(f"{c} {n / self.calls:g}" for c, n in sorted(self.commands.items()))
+
+
+class Rules:
+    """Compiled rules with ids of their own: every case writes keys no other case touches."""
+
+    def __init__(self) -> None:
+        self.next_id = 1
+
+    def make(self, algorithm: str) -> Any:
+        from django_throttle.compiled import build_rule
+
+        self.next_id += 1
+        if algorithm not in BUCKETS:
+            return harness.make_rule(self.next_id, algorithm, LIMIT, HOUR)
+        return build_rule(
+            id=self.next_id,
+            name=f"bench-{self.next_id}",
+            algorithm=algorithm,
+            limit=BUCKET_RATE,
+            period=HOUR,
+            burst=LIMIT,
+        )
+
+
+def decide_case(client: Any, rules: Rules, algorithm: str, n: int, addrs: list[str]) -> Case:
+    """decide.lua with ``n`` checks of ``algorithm`` for one client, with the package's input."""
+    from django_throttle.store import Check
+    from django_throttle.store.redis import DECIDE_SHA, DECIDE_SOURCE, ServerClock, script_input
+
+    assert client.script_load(DECIDE_SOURCE) == DECIDE_SHA
+    made = [rules.make(algorithm) for _ in range(n)]
+    clock = ServerClock()
+    inputs = []
+    for address in addrs:
+        keys, args = script_input([Check(r, f"ip:{address}") for r in made], False, clock)
+        inputs.append((len(keys), *keys, *args))
+    label = f"decide.lua, {n} check{'s' * (n > 1)}"
+    return Case(label, DECIDE_SHA, inputs)
+
+
+def minimal_case(client: Any, rules: Rules, algorithm: str, addrs: list[str]) -> Case:
+    """The minimal script on the state key the package would use for a rule of its own."""
+    from django_throttle.store import Check
+    from django_throttle.store.redis import ServerClock, script_input
+
+    rule = rules.make(algorithm)
+    sha = client.script_load(MINIMAL[algorithm])
+    inputs = []
+    for address in addrs:
+        keys, _ = script_input([Check(rule, f"ip:{address}")], False, ServerClock())
+        inputs.append((1, keys[0], *minimal_args(rule)))
+    return Case("minimal script", sha, inputs)
+
+
+def run(client: Any, case: Case, start: int, calls: int) -> None:
+    """``calls`` EVALSHAs from call number ``start``, one at a time, as requests send them."""
+    inputs, n, execute = case.inputs, len(case.inputs), client.execute_command
+    for i in range(start, start + calls):
+        execute("EVALSHA", case.sha, *inputs[i % n])
+
+
+def measure(client: Any, cases: list[Case], rounds: int, per_round: int) -> None:
+    """Each case once per client untimed (its states written), then ``rounds`` turns of
+    ``per_round`` calls per case from a rotating first case, each turn's server time read
+    from commandstats, reset before it."""
+    for case in cases:
+        reply = client.execute_command("EVALSHA", case.sha, *case.inputs[0])
+        if isinstance(reply, list):
+            assert reply[1] == 1, f"{case.name}: not admitted ({reply})"
+        run(client, case, 1, len(case.inputs) - 1)
+    start = 0
+    for turn in range(rounds):
+        k = turn % len(cases)
+        for case in (*cases[k:], *cases[:k]):
+            client.config_resetstat()
+            run(client, case, start, per_round)
+            stats = client.info("commandstats")
+            evalsha = stats["cmdstat_evalsha"]
+            assert evalsha["calls"] == per_round, (case.name, evalsha)
+            failed = sum(
+                s.get("failed_calls", 0) + s.get("rejected_calls", 0) for s in stats.values()
+            )
+            assert not failed, f"{case.name}: {failed} failed calls ({stats})"
+            case.usec += evalsha["usec"]
+            case.calls += evalsha["calls"]
+            for name, s in stats.items():
+                command = name.removeprefix("cmdstat_")
+                if command not in ("evalsha", "config|resetstat", "info"):
+                    case.commands[command] += s["calls"]
+        start += per_round
+    for case in cases:  # the last call of each case is admitted too
+        reply = client.execute_command("EVALSHA", case.sha, *case.inputs[0])
+        if isinstance(reply, list):
+            assert reply[1] == 1, f"{case.name}: not admitted ({reply})"
+
+
+def shape(client: Any, key: str) -> str:
+    """What a state key holds, digits aside: ``string #:#``, ``zset of 20``; and a TTL or not."""
+    kind = client.type(key).decode()
+    if kind == "string":
+        held = re.sub(rb"\d+", b"#", client.get(key)).decode()
+    elif kind == "zset":
+        held = f"of {client.zcard(key)}"
+    else:
+        held = ""
+    ttl = "TTL" if client.pttl(key) > 0 else "no TTL"
+    return f"{kind} {held}, {ttl}".replace(" ,", ",")
+
+
+# -- main ---------------------------------------------------------------------------------------
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--quick", action="store_true", help="2 rounds x 1000 calls per case, 200 clients"
+    )
+    args = parser.parse_args()
+    rounds, per_round, n_clients = (2, 1000, 200) if args.quick else (5, 4000, 1000)
+    started = time.monotonic()
+    with harness.RedisServer(cpu=0) as server:
+        harness.pin_client(0)
+        harness.configure_django(server.url)  # the key prefix and the store's settings
+        import redis
+
+        client = redis.Redis.from_url(server.url, socket_timeout=10)
+        addrs = harness.addresses(n_clients)
+        rules = Rules()
+        floor = Case("return 1", client.script_load("return 1"), [(0,)])
+        cases = {
+            algorithm: [
+                *(decide_case(client, rules, algorithm, n, addrs) for n in CHECKS),
+                minimal_case(client, rules, algorithm, addrs),
+            ]
+            for algorithm in ALGORITHMS
+        }
+        everything = [floor, *(c for group in cases.values() for c in group)]
+        harness.print_machine()
+        print(
+            f"\n## decide.lua beside a minimal script, server time per call ({rounds} x "
+            f"{per_round} calls per case, {n_clients} clients, INFO commandstats)\n",
+            flush=True,
+        )
+        measure(client, everything, rounds, per_round)
+
+        rows = []
+        for algorithm, (one, three, five, minimal) in cases.items():
+            ratio = one.us / minimal.us
+            extra = (five.us - one.us) / (CHECKS[2] - CHECKS[0])
+            verdicts = [
+                f"ratio {'met' if ratio <= RATIO_TARGET else 'not met'}",
+                f"extra {'met' if extra <= minimal.us else 'not met'}",
+            ]
+            rows.append(
+                (
+                    algorithm,
+                    f"{one.us:.2f}",
+                    f"{three.us:.2f}",
+                    f"{five.us:.2f}",
+                    f"{minimal.us:.2f}",
+                    f"{ratio:.2f}x",
+                    f"{extra:.2f}",
+                    f"{extra / minimal.us:.2f}x",
+                    ", ".join(verdicts),
+                )
+            )
+        harness.table(
+            (
+                "algorithm",
+                "decide.lua 1 check µs",
+                "3 checks µs",
+                "5 checks µs",
+                "minimal µs",
+                "1 check / minimal (≤ 1.3x)",
+                "extra check µs",
+                "extra / minimal (≤ 1.00x)",
+                "targets",
+            ),
+            rows,
+        )
+        print(f"\n`return 1`: {floor.us:.2f} µs per call.")
+
+        print("\n## Redis commands per call and state left: decide.lua (1 check), minimal\n")
+        rows = []
+        for algorithm, group in cases.items():
+            one, minimal = group[0], group[-1]
+            key_decide = one.inputs[0][1]
+            key_minimal = minimal.inputs[0][1]
+            same_commands = one.commands == minimal.commands
+            same_state = shape(client, key_decide) == shape(client, key_minimal)
+            rows.append(
+                (
+                    algorithm,
+                    one.per_call(),
+                    minimal.per_call(),
+                    shape(client, key_decide),
+                    shape(client, key_minimal),
+                    "yes" if same_commands and same_state else "NO: update MINIMAL",
+                )
+            )
+        harness.table(
+            ("algorithm", "decide.lua", "minimal", "state (decide.lua)", "state (minimal)", "same"),
+            rows,
+        )
+    print(f"\nRun time {time.monotonic() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
