@@ -17,6 +17,10 @@ from .patterns import Matcher, compile_scope
 from .rates import CALENDAR_UNITS, MAX_PER, MAX_WINDOW, UNIT_SECONDS
 
 MAX_LIMIT = 1_000_000_000
+
+# Whether the async path may gather a rule on the event loop, where the database must not be
+# used: always, once the request's user is loaded, or never (its key function, its groups).
+ON_LOOP, WITH_USER, IN_THREAD = 2, 1, 0
 MAX_BLOCK = 366 * 86400  # a year
 
 KeyFunction = Callable[[Any], "str | None"]
@@ -44,6 +48,7 @@ class CompiledRule:
     match: Matcher | None = None  # a regular-expression scope's matcher (patterns.py)
     block: int = 0  # seconds a rejection blocks the client for
     calendar: CalendarWindows | None = None  # a week or month window's starts, in TIME_ZONE
+    on_loop: int = ON_LOOP  # see ON_LOOP, WITH_USER, IN_THREAD
     # Who the rule counts (audience.py); all of it is known once the rules are loaded.
     audience: str = AppliesTo.ALL  # the row's applies_to
     groups: frozenset[int] = frozenset()
@@ -126,7 +131,22 @@ def build_rule(
         exempt_groups=exempt_groups,
         exempt_networks=exempt_networks,
         calendar=calendar,
+        on_loop=_on_loop(key_kind, applies_to, groups, exempt_staff, exempt_groups),
     )
+
+
+def _on_loop(
+    key_kind: str,
+    applies_to: str,
+    groups: frozenset[int],
+    exempt_staff: bool,
+    exempt_groups: frozenset[int],
+) -> int:
+    if key_kind == KeyKind.CUSTOM or applies_to == AppliesTo.GROUPS or groups or exempt_groups:
+        return IN_THREAD  # a key function may query; a user's groups are read from the database
+    if key_kind in (KeyKind.USER, KeyKind.USER_OR_IP) or applies_to != AppliesTo.ALL:
+        return WITH_USER
+    return WITH_USER if exempt_staff else ON_LOOP
 
 
 def with_overrides(

@@ -20,12 +20,12 @@ from django.http import HttpResponse, HttpResponseBase
 from .. import metrics, recording
 from ..audience import counts
 from ..choices import Algorithm
-from ..compiled import CompiledRule
+from ..compiled import ON_LOOP, WITH_USER, CompiledRule
 from ..conf import conf
 from ..decision import Decision, from_results, unavailable
 from ..keys import identity
 from ..responses import RETRY_AFTER, X_LIMIT, add_headers, rejected, retry_after_seconds
-from ..rules import ScopeSpec, get_rules, request_rules
+from ..rules import ScopeSpec, get_rules, request_rules, rule_cache
 from ..signals import request_throttled
 from ..store import Check, Result, get_store
 from ..store.fallback import StoreUnavailable, adecide_guarded, decide_guarded
@@ -66,22 +66,35 @@ def gather(
     url_name: str | None = None,
     cost: int | None = None,
     dry_run: bool = False,
+    on_loop: bool = False,
 ) -> Gathered:
     """What applies to this request and has not counted it yet. ``cost`` replaces each
-    rule's cost (``check()``); a dry run looks at every rule, counted or not."""
+    rule's cost (``check()``); a dry run looks at every rule, counted or not. ``on_loop``:
+    called on an event loop, where the database must not be used; NeedsThread is raised,
+    before anything about the request is changed, if the rules must be refreshed or a rule
+    needs the user (not loaded yet), its groups or a key function."""
     state = state_of(request)
     counted = state.counted
+    decided_now: list[ScopeSpec] = []
     if specs and cost is None and not dry_run:
         decided = state.decided_specs
-        specs = [spec for spec in specs if id(spec) not in decided]
-        decided.update(id(spec) for spec in specs)
+        specs = decided_now = [spec for spec in specs if id(spec) not in decided]
         if not specs and not paths and not url_name:
             return Gathered([], [])  # a decorator whose scopes the middleware decided
     checks: list[Check] = []
     earlier: list[Result] = []
     memo: dict[str, str | None] = {}
-    ruleset = get_rules()
+    if on_loop:
+        fresh = rule_cache().fresh()
+        if fresh is None:
+            raise NeedsThread  # a refresh may read the database
+        ruleset = fresh
+        user_loaded = hasattr(request, "_cached_user")  # AuthenticationMiddleware's cache
+    else:
+        ruleset = get_rules()
     for rule, rule_cost in request_rules(ruleset, request, specs, paths=paths, url_name=url_name):
+        if on_loop and rule.on_loop != ON_LOOP and not (rule.on_loop == WITH_USER and user_loaded):
+            raise NeedsThread
         done = counted.get(rule.state_prefix)
         if done is not None and not dry_run:
             earlier.append(done)
@@ -104,7 +117,12 @@ def gather(
                 continue  # this client is exempt from the rule
             rule = own  # this client's own limit, on the same state
         checks.append(Check(rule, who, rule_cost if cost is None else cost))
+    state.decided_specs.update(id(spec) for spec in decided_now)
     return Gathered(checks, earlier, blocked=ruleset.blocked)
+
+
+class NeedsThread(Exception):
+    """Gathering must run in a thread: it may use the database."""
 
 
 KEY_ERROR_LOG_EVERY = 60.0  # seconds: a broken key function is logged, not once per request
@@ -255,11 +273,18 @@ async def aevaluate(
     dry_run: bool = False,
 ) -> Decision:
     """evaluate() for async callers: the store call never blocks the loop. Refreshing the
-    rules and working out keys (request.user, a key function) may query the database, which
-    Django forbids inside the event loop: gathering runs in a thread."""
-    gathered = await sync_to_async(gather)(
-        request, specs, paths=paths, url_name=url_name, cost=cost, dry_run=dry_run
-    )
+    rules and working out some keys (request.user, a user's groups, a key function) may query
+    the database, which Django forbids inside the event loop: then gathering runs in a
+    thread; otherwise (fresh rules; ip, header, param, global keys; a user already loaded)
+    on the loop, without that thread hop."""
+    try:
+        gathered = gather(
+            request, specs, paths=paths, url_name=url_name, cost=cost, dry_run=dry_run, on_loop=True
+        )
+    except NeedsThread:
+        gathered = await sync_to_async(gather)(
+            request, specs, paths=paths, url_name=url_name, cost=cost, dry_run=dry_run
+        )
     decision = gathered.early or await adecide(gathered.checks, dry_run, gathered.blocked)
     return settle(request, gathered, decision, dry_run)
 

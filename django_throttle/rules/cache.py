@@ -191,6 +191,14 @@ class RuleCache:
         else:
             self.bump_pending = False
 
+    def fresh(self) -> RuleSet | None:
+        """The rules in force if no refresh is due (one would read the version, and maybe the
+        database), else None."""
+        rules = self._rules
+        if rules is not None and self._clock() < self._next_check:
+            return rules
+        return None
+
     def current(self) -> RuleSet | None:
         """The rules in force now, without a refresh (which may read the database); None
         before they are first loaded."""
