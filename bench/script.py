@@ -1,6 +1,6 @@
 """decide.lua at the floor: its server time per check beside minimal scripts of the same commands.
 
-    .venv/bin/python bench/script.py [--quick]
+    .venv/bin/python bench/script.py [--quick] [--against FILE]
 
 Run from the repository root. One run starts its own redis-server (pinned with ``taskset -c
 0``) and pins itself to the same CPU. For each algorithm, these EVALSHA calls take turns, a
@@ -24,6 +24,10 @@ their ratio (target: at most 1.3x) and the cost of each extra check, (t5 - t1) /
 most the minimal script's); then, as a check on the bench itself, the Redis commands per call
 that decide.lua (1 check) and the minimal script make, and the shape of the state each leaves:
 a difference means MINIMAL no longer matches decide.lua and needs updating.
+
+``--against FILE``: another version of decide.lua (same KEYS and ARGV), timed with 1 check in
+the same turns as the package's, for a change whose effect is smaller than the difference
+between two runs on a shared machine; printed as one more table.
 """
 
 from __future__ import annotations
@@ -230,6 +234,14 @@ def minimal_case(client: Any, rules: Rules, algorithm: str, addrs: list[str]) ->
     return Case("minimal script", sha, inputs)
 
 
+def variant_case(client: Any, source: str, one: Case) -> Case:
+    """Another version of decide.lua, on the same inputs as the package's 1-check case (its own
+    keys: a prefix of its own, so each version counts on its own state)."""
+    sha = client.script_load(source)
+    inputs = [(n, *(f"v:{k}" for k in args[:n]), *args[n:]) for n, *args in one.inputs]
+    return Case("decide.lua (--against), 1 check", sha, inputs)
+
+
 def run(client: Any, case: Case, start: int, calls: int) -> None:
     """``calls`` EVALSHAs from call number ``start``, one at a time, as requests send them."""
     inputs, n, execute = case.inputs, len(case.inputs), client.execute_command
@@ -293,6 +305,7 @@ def main() -> int:
     parser.add_argument(
         "--quick", action="store_true", help="2 rounds x 1000 calls per case, 200 clients"
     )
+    parser.add_argument("--against", help="another decide.lua to time beside the package's")
     args = parser.parse_args()
     rounds, per_round, n_clients = (2, 1000, 200) if args.quick else (5, 4000, 1000)
     started = time.monotonic()
@@ -312,7 +325,16 @@ def main() -> int:
             ]
             for algorithm in ALGORITHMS
         }
-        everything = [floor, *(c for group in cases.values() for c in group)]
+        variants = {}
+        if args.against:
+            with open(args.against, encoding="utf-8") as file:
+                source = file.read()
+            variants = {a: variant_case(client, source, group[0]) for a, group in cases.items()}
+        everything = [
+            floor,
+            *(c for group in cases.values() for c in group),
+            *variants.values(),
+        ]
         harness.print_machine()
         print(
             f"\n## decide.lua beside a minimal script, server time per call ({rounds} x "
@@ -357,6 +379,21 @@ def main() -> int:
             rows,
         )
         print(f"\n`return 1`: {floor.us:.2f} µs per call.")
+        if variants:
+            print(f"\n## {args.against} beside the package's decide.lua, 1 check\n")
+            harness.table(
+                ("algorithm", "package µs", "--against µs", "--against / package", "/ minimal"),
+                [
+                    (
+                        a,
+                        f"{cases[a][0].us:.2f}",
+                        f"{v.us:.2f}",
+                        f"{v.us / cases[a][0].us:.2f}x",
+                        f"{v.us / cases[a][-1].us:.2f}x",
+                    )
+                    for a, v in variants.items()
+                ],
+            )
 
         print("\n## Redis commands per call and state left: decide.lua (1 check), minimal\n")
         rows = []
