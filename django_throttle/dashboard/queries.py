@@ -4,16 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from datetime import timezone as dt_timezone
 from typing import Any
 
-from django.conf import settings
 from django.db.models import Max, Sum
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from ..models import Rejection
 from ..recording import ACTIONS
+from ..recording.database import as_datetime, epoch_of
 
 
 @dataclass(frozen=True)
@@ -93,17 +92,6 @@ def dashboard_data(rule: str | None, period: str, now: datetime | None = None) -
         "top_keys": top_keys,
         "recent": recent,
     }
-
-
-def as_datetime(epoch: int) -> datetime:
-    value = datetime.fromtimestamp(epoch, tz=dt_timezone.utc)
-    return value if settings.USE_TZ else timezone.make_naive(value)
-
-
-def epoch_of(value: datetime) -> int:
-    if timezone.is_naive(value):
-        value = timezone.make_aware(value)
-    return int(value.timestamp())
 
 
 def local_time(value: datetime) -> datetime:

@@ -36,11 +36,12 @@ from ..conf import conf
 from ..models import Dashboard, Rule
 from ..rates import describe
 from ..recording import REJECT, SHADOW, UNAVAILABLE, collect, is_complete
+from ..recording.database import as_datetime
 from ..rules import clients_reset, compile_rule, default_scopes, defaults_of
 from ..store import Check, get_store
 from ..store.errors import STORE_ERRORS
 from .chart import chart_svg, legend
-from .queries import DEFAULT_PERIOD, PERIODS, as_datetime, dashboard_data
+from .queries import DEFAULT_PERIOD, PERIODS, dashboard_data
 
 logger = logging.getLogger("django_throttle")
 COLLECT_WAIT = 1.0  # seconds the page waits for this process's own flush under way

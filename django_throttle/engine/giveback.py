@@ -8,7 +8,8 @@ have given back stays counted, which can only limit more, never less."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import NamedTuple
 
 from redis.exceptions import TryAgainError
@@ -44,16 +45,40 @@ def taken(results: Sequence[Result], cost: int | None = None) -> list[Refund]:
 def give_back(refunds: Sequence[Refund]) -> None:
     """Refund these checks where they were decided."""
     remote = _split(refunds)
-    if not remote:
+    if remote:
+        with _guarded() as allowed:
+            if allowed:
+                store = get_store()
+                for refund in remote:
+                    store.refund(refund.checks, refund.at)
+
+
+async def agive_back(refunds: Sequence[Refund]) -> None:
+    """give_back() on the event loop's own asyncio client."""
+    if not conf.uses_redis:
+        give_back(refunds)
         return
+    remote = _split(refunds)
+    if remote:
+        with _guarded() as allowed:
+            if allowed:
+                store = await async_store()
+                for refund in remote:
+                    await store.refund(refund.checks, refund.at)
+
+
+@contextmanager
+def _guarded() -> Iterator[bool]:
+    """The breaker around the store calls of a refund: whether they may be made; a store
+    error is reported to the breaker and the refund dropped, never raised."""
+    global _dropping
     token = breaker.allow()
     if token is None:
         _dropped("the store is unavailable")
+        yield False
         return
     try:
-        store = get_store()
-        for refund in remote:
-            store.refund(refund.checks, refund.at)
+        yield True
     except TryAgainError as exc:
         _dropped(repr(exc))  # a slot migrating: this refund only, not an outage
         return
@@ -65,37 +90,10 @@ def give_back(refunds: Sequence[Refund]) -> None:
     except BaseException:
         breaker.abandoned(token)
         raise
-    _succeeded(token)
-
-
-async def agive_back(refunds: Sequence[Refund]) -> None:
-    """give_back() on the event loop's own asyncio client."""
-    if not conf.uses_redis:
-        give_back(refunds)
-        return
-    remote = _split(refunds)
-    if not remote:
-        return
-    token = breaker.allow()
-    if token is None:
-        _dropped("the store is unavailable")
-        return
-    try:
-        store = await async_store()
-        for refund in remote:
-            await store.refund(refund.checks, refund.at)
-    except TryAgainError as exc:
-        _dropped(repr(exc))
-        return
-    except STORE_ERRORS as exc:
-        breaker.failed(exc, token)
+    if breaker.state != CLOSED:  # this call may be the probe that closes the breaker
+        breaker.succeeded(token)
         breaker_moved()
-        _dropped(repr(exc))
-        return
-    except BaseException:
-        breaker.abandoned(token)
-        raise
-    _succeeded(token)
+    _dropping = False
 
 
 def _split(refunds: Sequence[Refund]) -> list[Refund]:
@@ -116,14 +114,6 @@ def _split(refunds: Sequence[Refund]) -> list[Refund]:
 
 
 _dropping = False  # a refund failed and no store call has worked since: said once
-
-
-def _succeeded(token: int) -> None:
-    global _dropping
-    if breaker.state != CLOSED:  # this call may be the probe that closes the breaker
-        breaker.succeeded(token)
-        breaker_moved()
-    _dropping = False
 
 
 def _dropped(why: str) -> None:

@@ -29,6 +29,16 @@ def _clamp(value: float) -> int:
     return 0 if value < 0 else math.floor(value + 1e-9)
 
 
+def _fixed_window(rule: CompiledRule, now_s: int) -> tuple[int, int, int]:
+    """The fixed window holding ``now_s``: its number (a calendar window's: its start), its
+    start and its end, in seconds."""
+    if rule.calendar is None:
+        w = now_s // rule.period
+        return w, w * rule.period, (w + 1) * rule.period
+    starts, ends = rule.calendar.window(now_s)
+    return starts, starts, ends
+
+
 def _time(entry: tuple[int, int]) -> int:
     return entry[0]
 
@@ -143,11 +153,7 @@ class MemoryStore:
                 state, cost = entry[0], check.cost
                 algorithm = rule.algorithm
                 if algorithm == Algorithm.FIXED_WINDOW:
-                    w = (
-                        rule.calendar.window(moment // US)[0]
-                        if rule.calendar is not None
-                        else (moment // US) // rule.period
-                    )
+                    w = _fixed_window(rule, moment // US)[0]
                     if state[0] == w:
                         entry[0] = (w, max(0, state[1] - cost))
                 elif algorithm == Algorithm.SLIDING_WINDOW_COUNTER:
@@ -224,13 +230,7 @@ class MemoryStore:
         limit, period = rule.limit, rule.period * US
         algorithm = rule.algorithm
         if algorithm == Algorithm.FIXED_WINDOW:
-            now_s = now // US  # in whole seconds, as decide.lua
-            if rule.calendar is None:
-                w = now_s // rule.period
-                window = w, w * rule.period, (w + 1) * rule.period
-            else:
-                starts, ends = rule.calendar.window(now_s)
-                window = starts, starts, ends
+            window = _fixed_window(rule, now // US)  # in whole seconds, as decide.lua
             return self._fixed_window(key, now, limit, window, cost)
         if algorithm == Algorithm.SLIDING_WINDOW_LOG:
             return self._sliding_window_log(key, now, limit, period, cost)
