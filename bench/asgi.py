@@ -161,8 +161,8 @@ def main() -> None:
     args = parser.parse_args()
     rounds, per_round = (3, 500) if args.quick else (7, 2000)
     path = "/a/" if args.async_view else "/p/"
-    with harness.RedisServer(cpu=0) as server:
-        harness.pin_client(0)  # before the loop and any thread: they inherit CPU 0
+    with harness.RedisServer(cpu=harness.CPU) as server:
+        harness.pin_client(harness.CPU)  # before the loop and any thread: they inherit CPU 0
         harness.configure_django(
             server.url,
             apps=["django.contrib.sessions", "django_throttle"],

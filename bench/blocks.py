@@ -81,8 +81,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=10_000)
     options = parser.parse_args()
-    with harness.RedisServer(cpu=0) as server:
-        harness.pin_client(0)
+    with harness.RedisServer(cpu=harness.CPU) as server:
+        harness.pin_client(harness.CPU)
         harness.configure_django(
             server.url,
             apps=["django_throttle"],

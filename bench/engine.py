@@ -250,8 +250,8 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda signum, _: sys.exit(128 + signum))
     signal.alarm(args.time_limit)
     started = time.monotonic()
-    with harness.RedisServer(cpu=0) as server:
-        harness.pin_client(0)
+    with harness.RedisServer(cpu=harness.CPU) as server:
+        harness.pin_client(harness.CPU)
         setup(server.url, migrate=True)
         harness.print_machine(*PEERS)
         cases = latency_cases(server.url, clients)

@@ -117,7 +117,12 @@ class RedisServer:
         self.close()
 
 
-def pin_client(cpu: int = 0) -> None:
+# The CPU a run pins redis-server and itself to (BENCH_CPU, default 0): two runs on
+# different CPUs do not disturb each other.
+CPU = int(os.environ.get("BENCH_CPU", "0"))
+
+
+def pin_client(cpu: int = CPU) -> None:
     """This process on one CPU, beside the redis-server: the ratios show our own cost."""
     os.sched_setaffinity(0, {cpu})
 

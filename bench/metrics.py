@@ -107,8 +107,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     rounds, per_round = (3, 500) if args.quick else (7, 2000)
-    with harness.RedisServer(cpu=0) as server:
-        harness.pin_client(0)
+    with harness.RedisServer(cpu=harness.CPU) as server:
+        harness.pin_client(harness.CPU)
         harness.configure_django(
             server.url,
             apps=["django.contrib.sessions", "django_throttle"],

@@ -309,8 +309,8 @@ def main() -> int:
     args = parser.parse_args()
     rounds, per_round, n_clients = (2, 1000, 200) if args.quick else (5, 4000, 1000)
     started = time.monotonic()
-    with harness.RedisServer(cpu=0) as server:
-        harness.pin_client(0)
+    with harness.RedisServer(cpu=harness.CPU) as server:
+        harness.pin_client(harness.CPU)
         harness.configure_django(server.url)  # the key prefix and the store's settings
         import redis
 

@@ -790,7 +790,7 @@ def main() -> int:
         nodes = (pair.primary, pair.replica, *cluster.nodes)
         pids = [single.proc.pid, *(n.pid for n in nodes if n is not None and n.pid)]
         if "latency" in sections:
-            harness.pin_client(0)
+            harness.pin_client(harness.CPU)
             pin(pids, "0")
             masters = [m.url for m in cluster.masters()]
             cases = latency_cases(stores, single.url, masters)
