@@ -126,21 +126,45 @@ def latency_cases(url: str, n_clients: int) -> list[Case]:
     return cases
 
 
+# Issue 14's targets, through check(): at most these times the raw EVALSHA.
+TARGETS = {
+    "django-throttle 1 rule (fixed_window)": 1.2,
+    "django-throttle 3 rules (fixed_window)": 1.4,
+    "django-throttle 5 rules (fixed_window)": 1.6,
+}
+
+
 def report_latency(cases: list[Case]) -> None:
     raw = cases[0].median_us
-    rows = [
-        (c.name, f"{c.median_us:.1f}", f"{c.p99_us:.1f}", f"{c.median_us / raw:.2f}x")
-        for c in cases
-    ]
-    harness.table(("case", "median µs", "p99 µs", "/ raw EVALSHA"), rows)
+    rows = []
+    for c in cases:
+        ratio = c.median_us / raw
+        target = TARGETS.get(c.name)
+        verdict = (
+            "" if target is None else f"≤ {target:.1f}x: {'met' if ratio <= target else 'not met'}"
+        )
+        rows.append((c.name, f"{c.median_us:.1f}", f"{c.p99_us:.1f}", f"{ratio:.2f}x", verdict))
+    harness.table(("case", "median µs", "p99 µs", "/ raw EVALSHA", "target"), rows)
 
 
 # -- memory ---------------------------------------------------------------------------------
 
 
+def memory_floor(admin: Any, key_length: int) -> int:
+    """MEMORY USAGE of the least a client's state can be: a string key of this length holding
+    an integer, with a TTL."""
+    key = "k" * key_length
+    admin.set(key, 12345, px=3_600_000)
+    try:
+        return int(admin.memory_usage(key, samples=0))
+    finally:
+        admin.delete(key)
+
+
 def memory_rows(url: str) -> list[tuple[Any, ...]]:
     """(bytes, keys, longest key) that 100 admits of one client leave in an empty database;
-    for the sorted-set logs, the bytes per entry too (from 1 admit to 100)."""
+    for the sorted-set logs, the bytes per entry too (from 1 admit to 100); for one-key states,
+    the bytes beside the floor of a string key with a TTL of the same length."""
     import redis
 
     admin = redis.Redis.from_url(url, decode_responses=True)
@@ -163,10 +187,10 @@ def memory_rows(url: str) -> list[tuple[Any, ...]]:
             keys = list(admin.scan_iter(count=1000))
             sizes.append(sum(admin.memory_usage(k, samples=0) or 0 for k in keys))
         per_entry = (sizes[1] - sizes[0]) / (MEMORY_ADMITS - 1)
-        log = name.endswith(("sliding_window_log", "MovingWindow"))
-        rows.append(
-            (name, len(keys), max(map(len, keys)), sizes[1], f"{per_entry:.1f}" if log else "-")
-        )
+        log = name.endswith(("sliding_window_log", "MovingWindow", "concurrency"))
+        longest = max(map(len, keys))
+        floor = "-" if log or len(keys) != 1 else str(memory_floor(admin, longest))
+        rows.append((name, len(keys), longest, sizes[1], f"{per_entry:.1f}" if log else "-", floor))
     admin.flushall()
     return rows
 
@@ -257,14 +281,15 @@ def main() -> int:
         cases = latency_cases(server.url, clients)
         print(
             f"\n## Latency per decision ({rounds} x {per_round} calls per case, {clients} "
-            "clients, client and redis-server on CPU 0)\n",
+            f"clients, client and redis-server on CPU {harness.CPU})\n",
             flush=True,
         )
         harness.interleaved(cases, rounds, per_round, warmup=clients)
         report_latency(cases)
         print(f"\n## Redis memory after {MEMORY_ADMITS} admits of one client (MEMORY USAGE)\n")
         harness.table(
-            ("store", "keys", "key length", "bytes", "bytes per entry"), memory_rows(server.url)
+            ("store", "keys", "key length", "bytes", "bytes per entry", "floor bytes"),
+            memory_rows(server.url),
         )
         if not args.no_race:
             harness.unpin_client()  # the racers spread over every CPU

@@ -11,10 +11,11 @@ from django.utils.module_loading import import_string
 from .calendar_windows import CalendarWindows
 from .choices import ALGORITHMS_WITH_BURST, Action, Algorithm, AppliesTo, FailMode, KeyKind, Unit
 from .conf import conf
-from .keyspace import ALGORITHM_CODES, base36, state_prefix
+from .keyspace import ALGORITHM_CODES, CALENDAR_CODE, base36, state_prefix
 from .networks import Network, parse_networks
 from .patterns import Matcher, compile_scope
 from .rates import CALENDAR_UNITS, MAX_PER, MAX_WINDOW, UNIT_SECONDS
+from .resp import bulk
 
 MAX_LIMIT = 1_000_000_000
 
@@ -59,6 +60,19 @@ class CompiledRule:
     overrides: Mapping[str, CompiledRule | None] | None = field(
         default=None, compare=False, repr=False
     )
+    # decide.lua's arguments for a check of this rule (store/redis.py), in the Redis protocol:
+    # those before the check's cost (a calendar window's starts are added per call) and after.
+    wire_head: bytes = field(init=False, compare=False, repr=False)
+    wire_tail: bytes = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # Here, not in build_rule: an override's replace() with its own limit gets its own.
+        if self.calendar is None:
+            head = bulk(ALGORITHM_CODES[self.algorithm], self.limit, self.period, self.burst)
+        else:
+            head = bulk(CALENDAR_CODE, self.limit, self.period)
+        object.__setattr__(self, "wire_head", head)
+        object.__setattr__(self, "wire_tail", bulk(int(self.enforcing), self.block))
 
     def applies_to(self, method: str) -> bool:
         return self.methods is None or method in self.methods

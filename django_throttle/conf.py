@@ -1,8 +1,10 @@
-"""Settings of django_throttle, read from ``settings.DJANGO_THROTTLE`` at access time.
+"""Settings of django_throttle, read from ``settings.DJANGO_THROTTLE``.
 
 Each setting is declared once, below, as a class attribute of ``Settings``: its type,
-default and valid range. Reading ``conf.NAME`` gives the value in force (nothing is
-cached, so ``override_settings`` works), and the system checks validate every declared
+default and valid range. Reading ``conf.NAME`` gives the value in force: read from the
+settings once, then kept until Django's ``setting_changed`` signal says DJANGO_THROTTLE
+changed (``override_settings`` and pytest-django's ``settings`` send it), since the hot
+path reads several settings per request. The system checks validate every declared
 setting from the same declaration, so adding a setting touches one line.
 """
 
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, overload
 
 from django.conf import settings
+from django.core.signals import setting_changed
 
 SETTING_NAME = "DJANGO_THROTTLE"
 REDIS_CACHE_PREFIX = "django_redis."
@@ -41,6 +44,30 @@ class Problem:
 def raw_settings() -> dict[str, Any]:
     value = getattr(settings, SETTING_NAME, {})
     return value if isinstance(value, dict) else {}
+
+
+class _Values:
+    """The settings' values in force, by name, and a generation that moves when they change:
+    a value read from settings that changed meanwhile is not kept."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+        self.generation = 0
+
+    def forget(self) -> None:
+        self.generation += 1
+        self.values = {}
+
+
+_values = _Values()
+
+
+def _settings_changed(setting: str, **kwargs: Any) -> None:
+    if setting == SETTING_NAME:
+        _values.forget()
+
+
+setting_changed.connect(_settings_changed, dispatch_uid="django_throttle.conf")
 
 
 class Setting(Generic[T]):
@@ -80,8 +107,17 @@ class Setting(Generic[T]):
     def __get__(self, obj: object | None, owner: type) -> Setting[T] | T:
         if obj is None:
             return self
-        value = raw_settings().get(self.name, self.default)
-        return self.convert(value) if self.convert is not None else value
+        try:
+            return _values.values[self.name]  # type: ignore[no-any-return]
+        except KeyError:
+            pass
+        generation = _values.generation
+        value: T = raw_settings().get(self.name, self.default)
+        if self.convert is not None:
+            value = self.convert(value)
+        if generation == _values.generation:
+            _values.values[self.name] = value
+        return value
 
     def problem(self, value: Any) -> Problem | None:
         """Why ``value`` cannot be this setting, or None."""

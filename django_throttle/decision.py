@@ -35,6 +35,16 @@ class Decision:
 
 def from_results(results: Sequence[Result]) -> Decision:
     """Sum up one store call: rejected if any enforcing rule rejected."""
+    if len(results) == 1:  # the common case, without the lists below
+        only = results[0]
+        rule = only.rule
+        if not rule.enforcing:
+            return Decision(allowed=True, results=tuple(results))
+        if not only.allowed:
+            return _decision(False, only, results, only.retry_after)
+        return _decision(
+            True, only, results, 0.0, only.delay if rule.action == Action.DELAY else 0.0
+        )
     rejecting = [r for r in results if not r.allowed and r.rule.enforcing]
     if rejecting:
         deciding = max(rejecting, key=lambda r: r.retry_after)

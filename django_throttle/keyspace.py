@@ -8,6 +8,7 @@ key on one client), and different clients spread evenly over the cluster's slots
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 
 from .choices import Algorithm
@@ -36,6 +37,7 @@ def state_prefix(rule_key: str, algorithm: str) -> str:
     return f"{conf.KEY_PREFIX}:{rule_key}{ALGORITHM_CODES[algorithm]}:"
 
 
+@functools.lru_cache(maxsize=16_384)  # clients come back: a hash per client, not per request
 def client_tag(identity: str) -> str:
     """``{AbCd0123-_xy}``: the part of a state key that names the client, a hash tag."""
     return "{" + digest(identity) + "}"

@@ -211,3 +211,53 @@ def test_a_cancellation_while_handling_readonly_is_never_retried() -> None:
     sentinel_style = ConnectionError("The previous master is now a slave")
     sentinel_style.__context__ = ReadOnlyError("x")
     assert demoted(sentinel_style)
+
+
+def test_the_framed_decision_is_the_command_redis_py_would_send(redis_server: Any) -> None:
+    """The hot path frames decide.lua's EVALSHA itself from each rule's arguments framed at
+    compile time; it sends, byte for byte, what redis-py packs from decide_input(): blocks,
+    costs, shadow rules, a dry run, a calendar window, an override's own limit, a key prefix
+    and an identity outside ASCII."""
+    from dataclasses import replace
+
+    from django_throttle.calendar_windows import CalendarWindows
+    from django_throttle.compiled import build_rule
+    from django_throttle.store.redis import DECIDE_SHA, ServerClock, decide_input, packed_decide
+
+    month = build_rule(
+        id=7,
+        name="m",
+        algorithm="fixed_window",
+        limit=3,
+        period=30 * 86400,
+        calendar=CalendarWindows("month", 1, "Europe/Paris"),
+    )
+    rules = [
+        make_rule("fixed_window", 5),
+        make_rule("token_bucket", 10, burst=40, rule_id=2, block=60),
+        make_rule("sliding_window_log", 1000, 60, action="log", rule_id=3),
+        replace(make_rule("leaky_bucket", 9, rule_id=4), limit=12, burst=12),
+        month,
+    ]
+    checks = [
+        Check(rule, identity, cost)
+        for rule, identity, cost in zip(
+            rules,
+            ["ip:203.0.113.7", "user:42", "header:clé", "ip:::1", "global"],
+            [1, 3, 1, 12, 2],
+            strict=True,
+        )
+    ]
+    client = redis_server.client()
+    conn = client.connection_pool.get_connection()
+    try:
+        clock = ServerClock()
+        for dry_run in (False, True):
+            for some in (checks[:1], checks):
+                expected = b"".join(
+                    conn.pack_command("EVALSHA", DECIDE_SHA, *decide_input(some, dry_run, clock))
+                )
+                assert packed_decide(some, dry_run, clock) == expected
+    finally:
+        client.connection_pool.release(conn)
+        client.close()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..compiled import CompiledRule
@@ -34,6 +34,12 @@ class RuleSet:
                 self._regexes.append((rule.match, rule))
         # A path is looked up once per distinct prefix length, not once per rule.
         self._prefix_lengths = sorted({len(p) for p in self._prefixes})
+        # The scopes none of whose rules is limited to some methods: their rules as they are.
+        self._any_method: dict[str, tuple[CompiledRule, ...]] = {
+            scope: tuple(rules)
+            for scope, rules in self._by_scope.items()
+            if all(r.methods is None for r in rules)
+        }
 
     def __len__(self) -> int:
         return len(self.rules)
@@ -53,11 +59,13 @@ class RuleSet:
                 found.append(rule)
         return found
 
-    def for_scope(self, scope: str, method: str | None = None) -> list[CompiledRule]:
+    def for_scope(self, scope: str, method: str | None = None) -> Sequence[CompiledRule]:
         """Rules whose scope is exactly ``scope`` (a scope name, or '*', a prefix, a regex as
         written), that apply to ``method`` (None: whatever their methods)."""
-        rules = self._by_scope.get(scope, ())
-        return [r for r in rules if method is None or r.applies_to(method)]
+        rules = self._any_method.get(scope)
+        if rules is not None:
+            return rules
+        return [r for r in self._by_scope.get(scope, ()) if method is None or r.applies_to(method)]
 
     def has_scope(self, scope: str) -> bool:
         """Whether the admin has an enabled rule for this scope (which replaces code defaults)."""

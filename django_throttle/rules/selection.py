@@ -7,7 +7,7 @@ decorator, ``check()``, ``reset()``, the DRF throttle and the commands all selec
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..compiled import CompiledRule
@@ -15,7 +15,7 @@ from .defaults import ScopeSpec, defaults_of
 from .ruleset import RuleSet
 
 
-def scope_rules(ruleset: RuleSet, scope: str, method: str | None = None) -> list[CompiledRule]:
+def scope_rules(ruleset: RuleSet, scope: str, method: str | None = None) -> Sequence[CompiledRule]:
     """The rules in force for ``scope``: its enabled admin rules (those applying to
     ``method``, if given), else its code defaults."""
     if ruleset.has_scope(scope):
@@ -35,6 +35,14 @@ def request_rules(
     regexes) if ``paths``, the rules of its URL name, and those of each scope in ``specs``
     (the highest cost wins when several name the same rule)."""
     method = request.method or "GET"
+    if not paths and not url_name and isinstance(specs, list) and len(specs) == 1:
+        # One scope (check(), a single @throttle): its rules are distinct, nothing to merge.
+        spec = specs[0]
+        rules = scope_rules(ruleset, spec.scope, method)
+        if not rules:
+            return []
+        cost = spec.cost_of(request)
+        return [(rule, cost) for rule in rules]
     chosen: dict[str, tuple[CompiledRule, int]] = {}
     if paths:
         for rule in ruleset.for_path(request.path_info, method):

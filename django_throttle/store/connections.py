@@ -37,6 +37,9 @@ from redis.sentinel import SentinelConnectionPool
 
 _stacks: weakref.WeakSet[ConnectionStack] = weakref.WeakSet()
 
+# A command: its arguments, or all of it already in the Redis protocol.
+Command = tuple[Any, ...] | bytes
+
 # Error replies after which a connection's server is no longer the writable primary
 # (MASTERDOWN and CLUSTERDOWN are ClusterDownError; LOADING is a ConnectionError).
 SERVER_GONE_REPLIES = (ReadOnlyError, ClusterDownError)
@@ -139,21 +142,26 @@ class ConnectionStack:
         self._idle.append(conn)
         return reply
 
-    def run_script(self, sha: str, source: str, *args: Any, again: bool = True) -> Any:
+    def run_script(self, sha: str, source: str, *args: Any) -> Any:
         """EVALSHA, loading the script on this same connection if its server lacks it; once
         more on a new connection if the server has become a replica."""
+        return self.run_packed(("EVALSHA", sha, *args), source)
+
+    def run_packed(self, command: Command, source: str, again: bool = True) -> Any:
+        """run_script() of an EVALSHA whose arguments are given, or already in the Redis
+        protocol (bytes: the decision's hot path frames them itself)."""
         conn = self.take()
         try:
-            reply = run_script(conn, sha, source, args)
+            reply = run_script(conn, command, source)
         except ResponseError as exc:
             self.settle(conn, exc)
             if again and demoted(exc):
-                return self.run_script(sha, source, *args, again=False)
+                return self.run_packed(command, source, again=False)
             raise
         except BaseException as exc:
             self.lost(conn, exc)
             if again and demoted(exc):
-                return self.run_script(sha, source, *args, again=False)
+                return self.run_packed(command, source, again=False)
             raise
         self._idle.append(conn)
         return reply
@@ -182,17 +190,19 @@ class ConnectionStack:
         self._idle = []
 
 
-def call(conn: Any, args: tuple[Any, ...]) -> Any:
-    conn.send_packed_command(conn.pack_command(*args))  # connects a new one
+def call(conn: Any, command: Command) -> Any:
+    packed = [command] if isinstance(command, bytes) else conn.pack_command(*command)
+    conn.send_packed_command(packed)  # connects a new one
     return conn.read_response()
 
 
-def run_script(conn: Any, sha: str, source: str, args: tuple[Any, ...]) -> Any:
+def run_script(conn: Any, command: Command, source: str) -> Any:
+    """An EVALSHA, the script loaded on this connection's server if it lacks it."""
     try:
-        return call(conn, ("EVALSHA", sha, *args))
+        return call(conn, command)
     except NoScriptError:
         call(conn, ("SCRIPT", "LOAD", source))
-        return call(conn, ("EVALSHA", sha, *args))
+        return call(conn, command)
 
 
 class AsyncConnectionStack:
@@ -237,19 +247,22 @@ class AsyncConnectionStack:
         self._idle.append(conn)
         return reply
 
-    async def run_script(self, sha: str, source: str, *args: Any, again: bool = True) -> Any:
+    async def run_script(self, sha: str, source: str, *args: Any) -> Any:
+        return await self.run_packed(("EVALSHA", sha, *args), source)
+
+    async def run_packed(self, command: Command, source: str, again: bool = True) -> Any:
         conn = await self.take()
         try:
-            reply = await arun_script(conn, sha, source, args)
+            reply = await arun_script(conn, command, source)
         except ResponseError as exc:
             await self.settle(conn, exc)
             if again and demoted(exc):
-                return await self.run_script(sha, source, *args, again=False)
+                return await self.run_packed(command, source, again=False)
             raise
         except BaseException as exc:
             await self.lost(conn, exc)
             if again and demoted(exc):
-                return await self.run_script(sha, source, *args, again=False)
+                return await self.run_packed(command, source, again=False)
             raise
         self._idle.append(conn)
         return reply
@@ -279,17 +292,18 @@ async def _can_read(conn: Any) -> bool:
     return bool(await reader())
 
 
-async def acall(conn: Any, args: tuple[Any, ...]) -> Any:
-    await conn.send_packed_command(conn.pack_command(*args))
+async def acall(conn: Any, command: Command) -> Any:
+    packed = [command] if isinstance(command, bytes) else conn.pack_command(*command)
+    await conn.send_packed_command(packed)
     return await conn.read_response()
 
 
-async def arun_script(conn: Any, sha: str, source: str, args: tuple[Any, ...]) -> Any:
+async def arun_script(conn: Any, command: Command, source: str) -> Any:
     try:
-        return await acall(conn, ("EVALSHA", sha, *args))
+        return await acall(conn, command)
     except NoScriptError:
         await acall(conn, ("SCRIPT", "LOAD", source))
-        return await acall(conn, ("EVALSHA", sha, *args))
+        return await acall(conn, command)
 
 
 def _after_fork() -> None:

@@ -22,6 +22,7 @@ from redis.sentinel import Sentinel, SentinelConnectionPool
 from ..compiled import CompiledRule
 from ..conf import conf
 from ..keyspace import ALGORITHM_CODES, BLOCK_SUFFIX, CALENDAR_CODE, client_tag
+from ..resp import array, bulk
 from .base import Check, Result, state_key
 from .connections import AsyncConnectionStack, ConnectionStack
 
@@ -73,13 +74,20 @@ class RedisStore:
     def decide(self, checks: Sequence[Check], dry_run: bool = False) -> list[Result]:
         if not checks:
             return []
+        reply = self._decide(checks, dry_run)
+        if self.clock.missed(reply):
+            reply = self._decide(checks, dry_run)
+        return parse_reply(checks, reply)
+
+    def _decide(self, checks: Sequence[Check], dry_run: bool) -> Any:
         # EVALSHA straight away (redis-py's Script wrapper costs more per call than our
         # whole Python side); the script is loaded on NOSCRIPT, after SCRIPT FLUSH, a
         # restart or a failover, on the connection that reported it.
-        reply = self._run(DECIDE_SHA, DECIDE_SOURCE, *decide_input(checks, dry_run, self.clock))
-        if self.clock.missed(reply):
-            reply = self._run(DECIDE_SHA, DECIDE_SOURCE, *decide_input(checks, dry_run, self.clock))
-        return parse_reply(checks, reply)
+        if self._stack is not None:
+            return self._stack.run_packed(packed_decide(checks, dry_run, self.clock), DECIDE_SOURCE)
+        return self._run_on_client(
+            DECIDE_SHA, DECIDE_SOURCE, *decide_input(checks, dry_run, self.clock)
+        )
 
     def reset(self, rule: CompiledRule, identity: str) -> None:
         key = state_key(rule, identity)
@@ -114,14 +122,17 @@ class AsyncRedisStore:
     async def decide(self, checks: Sequence[Check], dry_run: bool = False) -> list[Result]:
         if not checks:
             return []
-        reply = await self._run(
-            DECIDE_SHA, DECIDE_SOURCE, decide_input(checks, dry_run, self.clock)
-        )
+        reply = await self._decide(checks, dry_run)
         if self.clock.missed(reply):
-            reply = await self._run(
-                DECIDE_SHA, DECIDE_SOURCE, decide_input(checks, dry_run, self.clock)
-            )
+            reply = await self._decide(checks, dry_run)
         return parse_reply(checks, reply)
+
+    async def _decide(self, checks: Sequence[Check], dry_run: bool) -> Any:
+        if self._stack is not None:
+            return await self._stack.run_packed(
+                packed_decide(checks, dry_run, self.clock), DECIDE_SOURCE
+            )
+        return await self._run(DECIDE_SHA, DECIDE_SOURCE, decide_input(checks, dry_run, self.clock))
 
     async def refund(self, checks: Sequence[Check], at: int = 0) -> None:
         if checks:
@@ -311,30 +322,59 @@ def script_input(
     return keys + blocks, args
 
 
+def packed_decide(checks: Sequence[Check], dry_run: bool, clock: ServerClock) -> bytes:
+    """decide_input()'s EVALSHA as the bytes sent on the wire: each rule's arguments were
+    framed when it was compiled (CompiledRule.wire_head, wire_tail), so a request joins a few
+    byte strings instead of encoding and framing every argument."""
+    keys = []
+    blocks = []
+    n = len(checks)
+    args = [_DRY if dry_run else _NOT_DRY, _bulk_int(n)]
+    for check in checks:
+        rule = check.rule
+        key = (rule.state_prefix + client_tag(check.identity)).encode("utf-8", "surrogatepass")
+        keys.append(b"$%d\r\n%s\r\n" % (len(key), key))
+        if rule.block:
+            blocks.append(b"$%d\r\n%s%s\r\n" % (len(key) + _BLOCK_LEN, key, _BLOCK_SUFFIX))
+        args.append(rule.wire_head)
+        if rule.calendar is not None:
+            args.append(bulk(rule.calendar.encoded(clock.now())))
+        args.append(_COST_ONE if check.cost == 1 else bulk(check.cost))
+        args.append(rule.wire_tail)
+    n_keys = len(keys) + len(blocks)
+    head = array(3 + n_keys + 2 + ARGS_PER_CHECK * n) + _EVALSHA_DECIDE + _bulk_int(n_keys)
+    return b"".join([head, *keys, *blocks, *args])
+
+
+def _bulk_int(value: int) -> bytes:
+    return _SMALL[value] if value < len(_SMALL) else bulk(value)
+
+
 def parse_reply(checks: Sequence[Check], reply: Sequence[int]) -> list[Result]:
     if reply[1] == CLOCK_MISS:
         raise CalendarMissError()
-    now = reply[0] / US
+    at = reply[0]
+    now = at / US
     results = []
     i = 2
     for check in checks:
-        allowed, remaining, reset_after, retry_after, delay, blocked = reply[i : i + REPLY_FIELDS]
-        i += REPLY_FIELDS
+        rule = check.rule
         results.append(
             Result(
-                rule=check.rule,
+                rule=rule,
                 identity=check.identity,
-                allowed=allowed == 1,
-                limit=check.rule.limit,
-                remaining=remaining,
-                reset_at=now + reset_after / US,
-                retry_after=retry_after / US,
-                delay=delay / US,
-                blocked=blocked == 1,
-                at=reply[0],
+                allowed=reply[i] == 1,
+                limit=rule.limit,
+                remaining=reply[i + 1],
+                reset_at=now + reply[i + 2] / US,
+                retry_after=reply[i + 3] / US,
+                delay=reply[i + 4] / US,
+                blocked=reply[i + 5] == 1,
+                at=at,
                 cost=check.cost,
             )
         )
+        i += REPLY_FIELDS
     return results
 
 
@@ -360,5 +400,11 @@ def refund_input(checks: Sequence[Check], at_us: int) -> list[Any]:
 
 DECIDE_SOURCE = load_lua("decide.lua")
 DECIDE_SHA = sha1(DECIDE_SOURCE)
+ARGS_PER_CHECK = 7  # decide.lua's ARGV per check
+_EVALSHA_DECIDE = bulk("EVALSHA", DECIDE_SHA)
+_DRY, _NOT_DRY, _COST_ONE = bulk("1"), bulk("0"), bulk(1)
+_BLOCK_SUFFIX = BLOCK_SUFFIX.encode("ascii")
+_BLOCK_LEN = len(_BLOCK_SUFFIX)
+_SMALL = [bulk(i) for i in range(32)]
 REFUND_SOURCE = load_lua("refund.lua")
 REFUND_SHA = sha1(REFUND_SOURCE)
