@@ -261,3 +261,46 @@ def test_the_framed_decision_is_the_command_redis_py_would_send(redis_server: An
     finally:
         client.connection_pool.release(conn)
         client.close()
+
+
+def test_async_commands_have_one_deadline_and_the_handshake_its_own(redis_server: Any) -> None:
+    """With ``one_deadline`` (the async decision store's stack), a command to a server that
+    stopped answering fails with redis-py's TimeoutError after the socket timeout, its
+    connection closed, not reused; a connection made while the server is stopped fails its
+    handshake as quickly; and once the server is back, the next command works."""
+    if not redis_server.managed:
+        pytest.skip("needs a redis-server the harness runs; unset REDIS_URL")
+    import time
+
+    import redis.asyncio
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    from django_throttle.store.connections import AsyncConnectionStack
+
+    async def body() -> tuple[list[float], Any]:
+        client = redis.asyncio.Redis.from_url(redis_server.url, socket_timeout=0.2)
+        stack = AsyncConnectionStack(client.connection_pool, one_deadline=True)
+        try:
+            assert await stack.run_script(SHA_ONE, "return 1", 0) == 1
+            took = []
+            redis_server.pause()
+            try:
+                for _ in range(2):  # the idle connection, then a new one
+                    started = time.monotonic()
+                    with pytest.raises(RedisTimeoutError):
+                        await stack.run_script(SHA_ONE, "return 1", 0)
+                    took.append(time.monotonic() - started)
+                    assert stack._idle == []  # never reused
+            finally:
+                redis_server.resume()
+            return took, await stack.run_script(SHA_ONE, "return 1", 0)
+        finally:
+            await stack.disconnect()
+            await client.aclose()
+
+    took, after = asyncio.run(body())
+    assert all(0.15 <= t < 1.0 for t in took), took
+    assert after == 1
+
+
+SHA_ONE = "e0e1f9fabfc9d4800c877a703b823ac0578ff8db"  # of "return 1"

@@ -20,10 +20,12 @@ it, so the script is loaded on the very server the decision runs on.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import weakref
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 from redis import ConnectionPool
 from redis.exceptions import (
@@ -33,7 +35,10 @@ from redis.exceptions import (
     ReadOnlyError,
     ResponseError,
 )
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.sentinel import SentinelConnectionPool
+
+T = TypeVar("T")
 
 _stacks: weakref.WeakSet[ConnectionStack] = weakref.WeakSet()
 
@@ -206,13 +211,30 @@ def run_script(conn: Any, command: Command, source: str) -> Any:
 
 
 class AsyncConnectionStack:
-    """The same for redis.asyncio, in one event loop (the store is built per loop)."""
+    """The same for redis.asyncio, in one event loop (the store is built per loop).
 
-    def __init__(self, pool: Any, **overrides: Any) -> None:
+    ``one_deadline``: the socket timeout bounds each command as a whole, with one
+    ``asyncio.timeout`` (Python 3.11+), instead of redis-py's timeout per send and per read,
+    whose send goes through ``asyncio.wait_for``: a task made per command on Python 3.11. A
+    command past its deadline raises redis-py's TimeoutError, as redis-py's own would."""
+
+    def __init__(self, pool: Any, *, one_deadline: bool = False, **overrides: Any) -> None:
         self.pool = pool  # a pool, or anything with its connection_class and connection_kwargs
         self._connection_class = pool.connection_class
         self._kwargs = {**pool.connection_kwargs, **overrides}
         self._idle: list[Any] = []
+        timeout = self._kwargs.get("socket_timeout")
+        usable = one_deadline and timeout and hasattr(asyncio, "timeout")
+        self._deadline: float | None = timeout if usable else None
+
+    async def _bounded(self, command: Awaitable[T]) -> T:
+        if self._deadline is None:
+            return await command
+        try:
+            async with asyncio.timeout(self._deadline):  # type: ignore[attr-defined,unused-ignore]
+                return await command
+        except TimeoutError as exc:  # only the deadline's: a cancellation goes on as it is
+            raise RedisTimeoutError("Timeout reading from the store") from exc
 
     async def take(self) -> Any:
         try:
@@ -226,7 +248,11 @@ class AsyncConnectionStack:
             except ConnectionError:
                 pass
             await conn.disconnect(nowait=True)
+            # A new one: with the socket timeout, which bounds its handshake's reads.
+            conn = self._connection_class(**self._kwargs)
         await conn.connect()
+        if self._deadline is not None:
+            conn.socket_timeout = None  # from now on each command is bounded as a whole
         return conn
 
     def give(self, conn: Any) -> None:
@@ -235,7 +261,7 @@ class AsyncConnectionStack:
     async def execute(self, *args: Any) -> Any:
         conn = await self.take()
         try:
-            reply = await acall(conn, args)
+            reply = await self._bounded(acall(conn, args))
         except ResponseError as exc:
             await self.settle(conn, exc)
             raise
@@ -253,7 +279,7 @@ class AsyncConnectionStack:
     async def run_packed(self, command: Command, source: str, again: bool = True) -> Any:
         conn = await self.take()
         try:
-            reply = await arun_script(conn, command, source)
+            reply = await self._bounded(arun_script(conn, command, source))
         except ResponseError as exc:
             await self.settle(conn, exc)
             if again and demoted(exc):

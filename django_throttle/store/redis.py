@@ -104,7 +104,8 @@ class AsyncRedisStore:
     def __init__(self, client: Any) -> None:
         self.client = client
         pool = getattr(client, "connection_pool", None)
-        self._stack = AsyncConnectionStack(pool) if type(pool) in ASYNC_STACKABLE_POOLS else None
+        stackable = type(pool) in ASYNC_STACKABLE_POOLS
+        self._stack = AsyncConnectionStack(pool, one_deadline=True) if stackable else None
         self.clock = ServerClock()
 
     @classmethod
