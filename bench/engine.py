@@ -96,7 +96,7 @@ def latency_cases(url: str, n_clients: int) -> list[Case]:
 
     addrs = harness.addresses(n_clients)
     shared = [request(a) for a in addrs]
-    cases = [harness.raw_evalsha(url)]
+    cases = [harness.raw_evalsha(url), minimal_window(url, addrs)]
     ours = {
         f"{n} rule{'s' * (n > 1)} (fixed_window)": [("fixed_window", *RATES[i]) for i in range(n)]
         for n in (1, 3, 5)
@@ -124,6 +124,27 @@ def latency_cases(url: str, n_clients: int) -> list[Case]:
         label = name if name.startswith("DRF") else f"{name} {n} limit{'s' * (n > 1)}"
         cases.append(Case(label, op, lambda i: shared[i % n_clients]))
     return cases
+
+
+def minimal_window(url: str, addrs: list[str]) -> Case:
+    """The least a fixed-window decision can cost through redis-py: an EVALSHA of the minimal
+    script of bench/script.py (the Redis commands of decide.lua's admitted path, TIME, GET and
+    SET, with nothing else) on the state key the package would use, no Python around it."""
+    import redis
+    import script
+
+    from django_throttle.store.base import state_key
+
+    client = redis.Redis.from_url(url, socket_timeout=1.0)
+    sha = client.script_load(script.MINIMAL["fixed_window"])
+    rule = harness.make_rule(900, "fixed_window", 10**9)
+    args = script.minimal_args(rule)
+    keys = [state_key(rule, f"ip:{a}") for a in addrs]
+    n = len(keys)
+    return Case(
+        "minimal fixed-window script (redis-py)",
+        lambda i: client.evalsha(sha, 1, keys[i % n], *args),
+    )
 
 
 # Issue 14's targets, through check(): at most these times the raw EVALSHA.

@@ -64,9 +64,12 @@ class CompiledRule:
     # those before the check's cost (a calendar window's starts are added per call) and after.
     wire_head: bytes = field(init=False, compare=False, repr=False)
     wire_tail: bytes = field(init=False, compare=False, repr=False)
+    # Whether a rejection by this rule rejects the request (a log-only rule never does).
+    enforcing: bool = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         # Here, not in build_rule: an override's replace() with its own limit gets its own.
+        object.__setattr__(self, "enforcing", self.action != Action.LOG)
         if self.calendar is None:
             head = bulk(ALGORITHM_CODES[self.algorithm], self.limit, self.period, self.burst)
         else:
@@ -76,11 +79,6 @@ class CompiledRule:
 
     def applies_to(self, method: str) -> bool:
         return self.methods is None or method in self.methods
-
-    @property
-    def enforcing(self) -> bool:
-        """Whether a rejection by this rule rejects the request (a log-only rule never does)."""
-        return self.action != Action.LOG
 
     def fails_closed(self, fail_open: bool) -> bool:
         """Whether this rule answers 503 while the store is unreachable."""

@@ -35,25 +35,31 @@ class Decision:
 
 def from_results(results: Sequence[Result]) -> Decision:
     """Sum up one store call: rejected if any enforcing rule rejected."""
-    if len(results) == 1:  # the common case, without the lists below
-        only = results[0]
-        rule = only.rule
+    # One pass, no intermediate lists: this runs for every request.
+    rejecting: Result | None = None
+    deciding: Result | None = None
+    delay = 0.0
+    for result in results:
+        rule = result.rule
         if not rule.enforcing:
-            return Decision(allowed=True, results=tuple(results))
-        if not only.allowed:
-            return _decision(False, only, results, only.retry_after)
-        return _decision(
-            True, only, results, 0.0, only.delay if rule.action == Action.DELAY else 0.0
-        )
-    rejecting = [r for r in results if not r.allowed and r.rule.enforcing]
-    if rejecting:
-        deciding = max(rejecting, key=lambda r: r.retry_after)
-        return _decision(False, deciding, results, deciding.retry_after)
-    enforcing = [r for r in results if r.rule.enforcing]
-    if not enforcing:
+            continue
+        if not result.allowed:
+            # The longest wait decides (the first of equals).
+            if rejecting is None or result.retry_after > rejecting.retry_after:
+                rejecting = result
+        elif rejecting is None:
+            # Fewest remaining, ties to the later reset (the first of equals).
+            if deciding is None or (
+                result.remaining < deciding.remaining
+                or (result.remaining == deciding.remaining and result.reset_at > deciding.reset_at)
+            ):
+                deciding = result
+            if rule.action == Action.DELAY and result.delay > delay:
+                delay = result.delay
+    if rejecting is not None:
+        return _decision(False, rejecting, results, rejecting.retry_after)
+    if deciding is None:
         return Decision(allowed=True, results=tuple(results))
-    deciding = min(enforcing, key=lambda r: (r.remaining, -r.reset_at))
-    delay = max((r.delay for r in enforcing if r.rule.action == Action.DELAY), default=0.0)
     return _decision(True, deciding, results, 0.0, delay)
 
 
