@@ -61,21 +61,27 @@ class CompiledRule:
         default=None, compare=False, repr=False
     )
     # decide.lua's arguments for a check of this rule (store/redis.py), in the Redis protocol:
-    # those before the check's cost (a calendar window's starts are added per call) and after.
+    # those before the check's cost and after it (a calendar window's starts are added per
+    # call, after the tail), and how many arguments a check of this rule takes in all.
     wire_head: bytes = field(init=False, compare=False, repr=False)
     wire_tail: bytes = field(init=False, compare=False, repr=False)
+    wire_args: int = field(init=False, compare=False, repr=False)
     # Whether a rejection by this rule rejects the request (a log-only rule never does).
     enforcing: bool = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         # Here, not in build_rule: an override's replace() with its own limit gets its own.
         object.__setattr__(self, "enforcing", self.action != Action.LOG)
-        if self.calendar is None:
-            head = bulk(ALGORITHM_CODES[self.algorithm], self.limit, self.period, self.burst)
-        else:
-            head = bulk(CALENDAR_CODE, self.limit, self.period)
-        object.__setattr__(self, "wire_head", head)
-        object.__setattr__(self, "wire_tail", bulk(int(self.enforcing), self.block))
+        code = ALGORITHM_CODES[self.algorithm] if self.calendar is None else CALENDAR_CODE
+        # A shadow rule's limit and a blocking rule's period go negative (decide.lua's header).
+        limit = self.limit if self.enforcing else -self.limit
+        tail = [self.block] if self.block else []
+        if self.algorithm in ALGORITHMS_WITH_BURST:
+            tail.append(self.burst)
+        period = -self.period if self.block else self.period
+        object.__setattr__(self, "wire_head", bulk(code, limit, period))
+        object.__setattr__(self, "wire_tail", bulk(*tail))
+        object.__setattr__(self, "wire_args", 4 + len(tail) + (0 if self.calendar is None else 4))
 
     def applies_to(self, method: str) -> bool:
         return self.methods is None or method in self.methods

@@ -19,6 +19,7 @@ from redis.exceptions import NoScriptError, RedisError
 from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
+from ..choices import ALGORITHMS_WITH_BURST
 from ..compiled import CompiledRule
 from ..conf import conf
 from ..keyspace import ALGORITHM_CODES, BLOCK_SUFFIX, CALENDAR_CODE, client_tag
@@ -27,7 +28,7 @@ from .base import Check, Result, state_key
 from .connections import AsyncConnectionStack, ConnectionStack
 
 US = 1_000_000
-REPLY_FIELDS = 6  # per check in decide.lua's reply
+REPLY_FIELDS = 4  # per check in decide.lua's reply
 CLOCK_MISS = -1  # decide.lua's "admitted" when its time is outside a check's calendar windows
 
 ASYNC_STACKABLE_POOLS = (
@@ -297,8 +298,7 @@ def script_input(
 ) -> tuple[list[str], list[Any]]:
     """KEYS and ARGV of decide.lua (see its header)."""
     keys = []
-    blocks = []
-    args: list[Any] = ["1" if dry_run else "0", len(checks)]
+    args: list[Any] = ["dry"] if dry_run else []
     tags: dict[str, str] = {}  # the rules of a request often key on one identity
     for check in checks:
         rule = check.rule
@@ -308,19 +308,21 @@ def script_input(
             tag = tags[who] = client_tag(who)
         key = rule.state_prefix + tag
         keys.append(key)
-        if rule.block:
-            blocks.append(key + BLOCK_SUFFIX)
         calendar = rule.calendar
         args += (
             ALGORITHM_CODES[rule.algorithm] if calendar is None else CALENDAR_CODE,
-            rule.limit,
-            rule.period,
-            rule.burst if calendar is None else calendar.encoded(clock.now()),
+            rule.limit if rule.enforcing else -rule.limit,
+            -rule.period if rule.block else rule.period,
             check.cost,
-            "1" if rule.enforcing else "0",
-            rule.block,
         )
-    return keys + blocks, args
+        if rule.block:
+            keys.append(key + BLOCK_SUFFIX)
+            args.append(rule.block)
+        if rule.algorithm in ALGORITHMS_WITH_BURST:
+            args.append(rule.burst)
+        elif calendar is not None:
+            args += calendar.starts(clock.now())
+    return keys, args
 
 
 def packed_decide(checks: Sequence[Check], dry_run: bool, clock: ServerClock) -> bytes:
@@ -328,23 +330,22 @@ def packed_decide(checks: Sequence[Check], dry_run: bool, clock: ServerClock) ->
     framed when it was compiled (CompiledRule.wire_head, wire_tail), so a request joins a few
     byte strings instead of encoding and framing every argument."""
     keys = []
-    blocks = []
-    n = len(checks)
-    args = [_DRY if dry_run else _NOT_DRY, _bulk_int(n)]
+    args = [_DRY] if dry_run else []
+    n_args = len(args)
     for check in checks:
         rule = check.rule
         key = (rule.state_prefix + client_tag(check.identity)).encode("utf-8", "surrogatepass")
         keys.append(b"$%d\r\n%s\r\n" % (len(key), key))
         if rule.block:
-            blocks.append(b"$%d\r\n%s%s\r\n" % (len(key) + _BLOCK_LEN, key, _BLOCK_SUFFIX))
+            keys.append(b"$%d\r\n%s%s\r\n" % (len(key) + _BLOCK_LEN, key, _BLOCK_SUFFIX))
         args.append(rule.wire_head)
-        if rule.calendar is not None:
-            args.append(bulk(rule.calendar.encoded(clock.now())))
         args.append(_COST_ONE if check.cost == 1 else bulk(check.cost))
         args.append(rule.wire_tail)
-    n_keys = len(keys) + len(blocks)
-    head = array(3 + n_keys + 2 + ARGS_PER_CHECK * n) + _EVALSHA_DECIDE + _bulk_int(n_keys)
-    return b"".join([head, *keys, *blocks, *args])
+        if rule.calendar is not None:
+            args.append(bulk(*rule.calendar.starts(clock.now())))
+        n_args += rule.wire_args
+    head = array(3 + len(keys) + n_args) + _EVALSHA_DECIDE + _bulk_int(len(keys))
+    return b"".join([head, *keys, *args])
 
 
 def _bulk_int(value: int) -> bytes:
@@ -360,17 +361,19 @@ def parse_reply(checks: Sequence[Check], reply: Sequence[int]) -> list[Result]:
     i = 2
     for check in checks:
         rule = check.rule
+        state = reply[i]  # 1 allowed, 0 rejected, 2 rejected and blocked
+        wait = reply[i + 3] / US  # allowed: the delay; rejected: the retry-after
         results.append(
             Result(
                 rule=rule,
                 identity=check.identity,
-                allowed=reply[i] == 1,
+                allowed=state == 1,
                 limit=rule.limit,
                 remaining=reply[i + 1],
                 reset_at=now + reply[i + 2] / US,
-                retry_after=reply[i + 3] / US,
-                delay=reply[i + 4] / US,
-                blocked=reply[i + 5] == 1,
+                retry_after=0.0 if state == 1 else wait,
+                delay=wait if state == 1 else 0.0,
+                blocked=state == 2,
                 at=at,
                 cost=check.cost,
             )
@@ -401,9 +404,8 @@ def refund_input(checks: Sequence[Check], at_us: int) -> list[Any]:
 
 DECIDE_SOURCE = load_lua("decide.lua")
 DECIDE_SHA = sha1(DECIDE_SOURCE)
-ARGS_PER_CHECK = 7  # decide.lua's ARGV per check
 _EVALSHA_DECIDE = bulk("EVALSHA", DECIDE_SHA)
-_DRY, _NOT_DRY, _COST_ONE = bulk("1"), bulk("0"), bulk(1)
+_DRY, _COST_ONE = bulk("dry"), bulk(1)
 _BLOCK_SUFFIX = BLOCK_SUFFIX.encode("ascii")
 _BLOCK_LEN = len(_BLOCK_SUFFIX)
 _SMALL = [bulk(i) for i in range(32)]

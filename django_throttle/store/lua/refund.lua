@@ -9,8 +9,8 @@
 -- KEYS[i]  state key of check i
 -- ARGV[1]  the time of the decision to undo, in microseconds (decide.lua's now_us),
 --          or 0: no decision known, give back from the newest state
--- ARGV[2 + 5*(i-1) ...]  for check i: algorithm code, limit, period (seconds),
---          burst (a calendar window's starts), cost, as given to decide.lua
+-- ARGV[2 + 5*(i-1) ...]  for check i: algorithm code (decide.lua's), limit, period
+--          (seconds), burst (a calendar window's starts, "s1:s2:s3:s4"), cost
 -- Returns  the number of keys changed
 
 local at = tonumber(ARGV[1])
@@ -111,7 +111,9 @@ for i = 1, #KEYS do
       if back <= now then
         redis.call('DEL', key)
       else
-        redis.call('SET', key, string.format('%d', back), 'PX', math.ceil((back - now) / 1000))
+        -- PX as text: Redis 7.2+ would send a number of 10^8 ms or more as 1e+08.
+        redis.call('SET', key, string.format('%d', back), 'PX',
+          string.format('%d', math.ceil((back - now) / 1000)))
       end
       changed = changed + 1
     end
