@@ -87,8 +87,9 @@ redis.call('SET', KEYS[1], string.format('%d:%d', w, count + ARGV[2]), 'PX',
 return 1
 """
 
-# Sliding window counter: TIME, GET, SET "window:current:previous" PX (until the next window
-# ends). ARGV: period (s), cost.
+# Sliding window counter: TIME, GET, SET PX (until the next window ends) of the two counts and
+# the window in one integer, as decide.lua's header describes (counts below 10^5). ARGV:
+# period (s), cost.
 COUNTER = """
 local t = redis.call('TIME')
 local p = tonumber(ARGV[1])
@@ -96,16 +97,24 @@ local w = math.floor(t[1] / p)
 local cur, prev = 0, 0
 local v = redis.call('GET', KEYS[1])
 if v then
-  local sw, sc, sp = string.match(v, '^(%d+):(%d+):(%d+)$')
-  sw = tonumber(sw)
-  if sw == w then
-    cur, prev = tonumber(sc), tonumber(sp)
-  elseif sw == w - 1 then
-    prev = tonumber(sc)
+  local n = tonumber(v)
+  local d = math.floor(n / 1e15)
+  local b, m = 10 ^ d, 10 ^ (15 - 2 * d)
+  local tag = n % m
+  local pair = (n - d * 1e15 - tag) / m
+  if tag == w % m then
+    prev = pair % b
+    cur = (pair - prev) / b
+  elseif tag == (w - 1) % m then
+    prev = math.floor(pair / b)
   end
 end
+cur = cur + ARGV[2]
+local d, b = 1, 10
+while math.max(cur, prev) >= b do d, b = d + 1, b * 10 end
+local m = 1e15 / (b * b)
 local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
-redis.call('SET', KEYS[1], string.format('%d:%d:%d', w, cur + ARGV[2], prev), 'PX',
+redis.call('SET', KEYS[1], string.format('%d', d * 1e15 + (cur * b + prev) * m + w % m), 'PX',
   (w + 2) * p * 1000 - now_ms)
 return 1
 """

@@ -35,7 +35,15 @@
 -- State, one key per rule and client, with a TTL:
 --   fixed and calendar windows  "window:count", the window being its number since the
 --          epoch or, for a calendar window, its start in epoch seconds
---   sliding window counter  "window:current:previous"
+--   sliding window counter  this window's count, the previous one's and the window in
+--          one integer of 16 digits, what Redis keeps in the fewest bytes (exact in a
+--          double): d * 10^15 + (current * 10^d + previous) * m + window % m, where d
+--          (1 to 5) is the number of digits of the larger count and m = 10^(15 - 2d).
+--          The key ends with the next window, so a value found is this window's or the
+--          previous one's (or, after the server's clock stepped back, another's): the
+--          window modulo m, m at least 10^5, tells which. With a count of 6 digits or
+--          more, "window:current:previous", the form every counter had before (read
+--          in either form: nothing is lost on upgrade)
 --   buckets  one integer, the theoretical arrival time (GCRA) in microseconds
 --   log and concurrency  a sorted set of one entry per admitted request, scored by
 --          its time (see below)
@@ -198,13 +206,27 @@ while code do
     local cur, prev = 0, 0
     local v = call('GET', key)
     if v then
-      local sw, sc, sp = string.match(v, '^(%d+):(%d+):(%d+)$')
-      if sw then
-        sw = sw + 0
-        if sw == w then
-          cur, prev = sc + 0, sp + 0
-        elseif sw == w - 1 then
-          prev = sc + 0
+      local n = tonumber(v)
+      if n then
+        local d = (n - n % 1e15) / 1e15
+        local b, m = 10 ^ d, 10 ^ (15 - 2 * d)
+        local tag = n % m
+        local pair = (n - d * 1e15 - tag) / m
+        if tag == w % m then
+          prev = pair % b
+          cur = (pair - prev) / b
+        elseif tag == (w - 1) % m then
+          prev = (pair - pair % b) / b
+        end
+      else
+        local sw, sc, sp = string.match(v, '^(%d+):(%d+):(%d+)$')
+        if sw then
+          sw = sw + 0
+          if sw == w then
+            cur, prev = sc + 0, sp + 0
+          elseif sw == w - 1 then
+            prev = sc + 0
+          end
         end
       end
     end
@@ -221,7 +243,16 @@ while code do
       r = limit - cur - cost - weighted
       if r < 0 then r = 0 else r = r + 1e-9 r = r - r % 1 end
       rem_after = r
-      value = string.format('%d:%d:%d', w, cur + cost, prev)
+      cur = cur + cost
+      local most = cur > prev and cur or prev
+      if most < 100000 then
+        local d, b = 1, 10
+        while most >= b do d, b = d + 1, b * 10 end
+        local m = 1e15 / (b * b)
+        value = string.format('%d', d * 1e15 + (cur * b + prev) * m + w % m)
+      else
+        value = string.format('%d:%d:%d', w, cur, prev)
+      end
       px = ttl / 1000
       local f = px % 1
       if f > 0 then px = px - f + 1 end

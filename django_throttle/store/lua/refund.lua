@@ -12,6 +12,9 @@
 -- ARGV[2 + 5*(i-1) ...]  for check i: algorithm code (decide.lua's), limit, period
 --          (seconds), burst (a calendar window's starts, "s1:s2:s3:s4"), cost
 -- Returns  the number of keys changed
+--
+-- State is read and written in decide.lua's forms (see its header), a sliding
+-- window counter in either of its two.
 
 local at = tonumber(ARGV[1])
 local now = nil
@@ -46,19 +49,52 @@ for i = 1, #KEYS do
       w = math.floor(at_s / period_s)
     end
     local v = redis.call('GET', key)
-    if v then
-      local sw, sc, sp = string.match(v, '^(%d+):(%d+):?(%d*)$')
-      sw, sc = tonumber(sw), tonumber(sc)
-      local value = nil
-      if code == 'f' and sw == w then
-        value = string.format('%d:%d', w, math.max(0, sc - cost))
-      elseif code == 'c' and sw == w then
-        value = string.format('%d:%d:%s', w, math.max(0, sc - cost), sp)
-      elseif code == 'c' and sw == w + 1 then
-        value = string.format('%d:%d:%d', sw, sc, math.max(0, tonumber(sp) - cost))
+    if v and code == 'c' then
+      -- Either form of decide.lua's header; written back in the form decide.lua would
+      -- write. The integer form knows its window only modulo m, enough to tell the
+      -- decision's window from the next one.
+      local sw, cur, prev
+      local n = tonumber(v)
+      if n then
+        local d = (n - n % 1e15) / 1e15
+        local b, m = 10 ^ d, 10 ^ (15 - 2 * d)
+        local tag = n % m
+        local pair = (n - d * 1e15 - tag) / m
+        prev = pair % b
+        cur = (pair - prev) / b
+        if tag == w % m then
+          sw = w
+        elseif tag == (w + 1) % m then
+          sw = w + 1
+        end
+      else
+        local a1, a2, a3 = string.match(v, '^(%d+):(%d+):(%d+)$')
+        sw, cur, prev = tonumber(a1), tonumber(a2), tonumber(a3)
       end
-      if value then
-        redis.call('SET', key, value, 'KEEPTTL')
+      if sw == w then
+        cur = math.max(0, cur - cost)
+      elseif sw == w + 1 then
+        prev = math.max(0, prev - cost)
+      else
+        sw = nil
+      end
+      if sw then
+        local most = math.max(cur, prev)
+        if most < 100000 then
+          local d, b = 1, 10
+          while most >= b do d, b = d + 1, b * 10 end
+          local m = 1e15 / (b * b)
+          v = string.format('%d', d * 1e15 + (cur * b + prev) * m + sw % m)
+        else
+          v = string.format('%d:%d:%d', sw, cur, prev)
+        end
+        redis.call('SET', key, v, 'KEEPTTL')
+        changed = changed + 1
+      end
+    elseif v then
+      local sw, sc = string.match(v, '^(%d+):(%d+)$')
+      if tonumber(sw) == w then
+        redis.call('SET', key, string.format('%d:%d', w, math.max(0, sc - cost)), 'KEEPTTL')
         changed = changed + 1
       end
     end
