@@ -146,7 +146,7 @@ while code do
       f = px % 1
       if f > 0 then px = px - f + 1 end
     else
-      if r < 1e-9 then rem_now = 0 else rem_now = r - r % 1 end
+      if r < 1e-9 then rem_now = 0 else rem_now = r - r % 1 end  -- none left below 0
       reset_after = backlog / limit
       local f = reset_after % 1
       if f > 0 then reset_after = reset_after - f + 1 end
@@ -158,6 +158,7 @@ while code do
         if f > 0 then wait = wait - f + 1 end
       end
     end
+
   elseif code == 'f' or code == 'k' then
     -- Windows are computed in whole seconds: now / period in microseconds can round
     -- up across a boundary in double precision.
@@ -344,7 +345,6 @@ while code do
       -- A lease usually ends long before it expires: ask again soon.
       if code == 'n' and wait > 1000000 then wait = 1000000 end
     end
-
   end
 
   if not ok then
@@ -361,7 +361,16 @@ while code do
   end
   local nxt = argv[a]
   if i == 1 and not nxt then break end
-  if not reply then reply, pend = {now, 1}, {} end
+  if not reply then
+    -- Sized for five checks up front: a table grown one slot at a time is copied at
+    -- every power of two. Slots past the last check stay nil, where the reply ends.
+    reply = {now, 1, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil,
+      nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}
+    pend = {nil, nil, nil, nil, nil, nil, nil, nil, nil, nil,
+      nil, nil, nil, nil, nil, nil, nil, nil, nil, nil,
+      nil, nil, nil, nil, nil, nil, nil, nil, nil, nil,
+      nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}
+  end
   local r = 4 * i - 2
   reply[r + 1] = ok and 1 or blocked and 2 or 0
   reply[r + 2] = rem_now
@@ -446,4 +455,5 @@ elseif reply then
   if not admitted then reply[2] = 0 end
 end
 if reply then return reply end
-return {now, admitted and 1 or 0, ok and 1 or blocked and 2 or 0, rem_now, reset_after, wait}
+return {now, admitted and 1 or 0, ok and 1 or blocked and 2 or 0, rem_now, reset_after,
+  wait}
