@@ -1,0 +1,95 @@
+"""The Python around a decision, counted in CPU instructions: no other process disturbs them.
+
+    bench/instructions.py [--rules N] [--middleware]        # prints instructions per call
+
+Run from the repository root. Runs this process under valgrind (callgrind, with
+``PYTHONMALLOC=malloc``) twice, making 500 and then 2,500 calls to ``check(request, scope)`` on
+N fixed-window rules in Redis (``--middleware``: requests through Django's WSGI handler with
+ThrottleMiddleware and N ``*`` rules; ``--rules 0``: without the middleware), each a fresh
+request, all admitted; the instructions of a call are the difference over 2,000. Only this process is counted, not redis-server: what is
+left is our Python, redis-py's and Django's. ``PYTHONPATH=<another checkout>`` counts another
+version of the package the same way, for a before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+from typing import Any
+
+import harness
+
+SMALL, LARGE = 500, 2500
+
+
+def calls(n: int, rules: int, middleware: bool) -> None:
+    """Make ``n`` decisions and nothing else (what valgrind counts)."""
+    with harness.RedisServer() as server:
+        if middleware:
+            import e2e
+
+            harness.configure_django(
+                server.url,
+                apps=["django.contrib.sessions", "django_throttle"],
+                migrate=True,
+                ROOT_URLCONF="e2e",
+                MIDDLEWARE=[*e2e.MIDDLEWARE, *([e2e.THROTTLE] if rules else [])],
+                SESSION_ENGINE="django.contrib.sessions.backends.signed_cookies",
+            )
+            e2e.urls()
+            harness.create_rules([("*", "fixed_window", 10**9, "hour")] * rules)
+            from django.core.handlers.wsgi import WSGIHandler
+            from django.test import RequestFactory
+
+            app = WSGIHandler()
+            factory = RequestFactory()
+            addrs = harness.addresses(1000)
+            environs = [factory.get("/p/", REMOTE_ADDR=a).environ for a in addrs]
+            for i in range(n):
+                response = app(dict(environs[i % 1000]), lambda *a: None)
+                assert response.status_code == 200
+            return
+        from engine import request, setup
+
+        setup(server.url, migrate=True)
+        harness.create_rules([("s", "fixed_window", 10**9, "hour")] * rules)
+        from django_throttle import check
+
+        addrs = harness.addresses(1000)
+        requests = [request(addrs[i % 1000]) for i in range(n)]
+        for r in requests:
+            assert check(r, "s").allowed
+
+
+def counted(n: int, rules: int, middleware: bool) -> int:
+    command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
+    command += [sys.executable, __file__, "--calls", str(n), "--rules", str(rules)]
+    if middleware:
+        command.append("--middleware")
+    env = {**os.environ, "PYTHONMALLOC": "malloc"}
+    out = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stderr
+    return int(re.findall(r"Collected : (\d+)", out)[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rules", type=int, default=1)
+    parser.add_argument("--middleware", action="store_true")
+    parser.add_argument("--calls", type=int, help=argparse.SUPPRESS)  # the counted child
+    args = parser.parse_args()
+    if args.calls is not None:
+        calls(args.calls, args.rules, args.middleware)
+        return
+    import django_throttle
+
+    small, large = (counted(n, args.rules, args.middleware) for n in (SMALL, LARGE))
+    what = "request through the middleware" if args.middleware else "check()"
+    per: Any = (large - small) / (LARGE - SMALL)
+    print(f"{django_throttle.__file__}: {per:,.0f} instructions per {what}, {args.rules} rule(s)")
+
+
+if __name__ == "__main__":
+    main()
