@@ -1,6 +1,7 @@
 """decide.lua at the floor: its server time per check beside minimal scripts of the same commands.
 
-    .venv/bin/python bench/script.py [--quick] [--against FILE] [--original FILE]
+    .venv/bin/python bench/script.py [--quick] [--rounds N] [--median] [--against FILE]
+        [--original FILE]
 
 Run from the repository root. One run starts its own redis-server (pinned with ``taskset -c
 0``) and pins itself to the same CPU. For each algorithm, these EVALSHA calls take turns, a
@@ -17,7 +18,10 @@ Every call is admitted (limits of 10^9 an hour; the buckets: 1,000 an hour with 
 10^9, so that they do not drain between calls). The calls go round 1,000 clients (``--quick``:
 200), each client's state written once before timing starts, so every call finds a state.
 The time of a case is the server's: ``INFO commandstats`` (``cmdstat_evalsha`` usec / calls),
-reset with ``CONFIG RESETSTAT`` before each chunk of calls and summed over the rounds.
+reset with ``CONFIG RESETSTAT`` before each chunk of calls and summed over the rounds
+(``--rounds N``: N rounds instead of 5; ``--median``: the median over the rounds of each
+round's time per call instead, which a round slowed by another process on the CPU does not
+move).
 
 Printed: per algorithm, decide.lua's µs per call with 1, 3 and 5 checks, the minimal script's,
 their ratio (target: at most 1.3x) and the cost of each extra check, (t5 - t1) / 4 (target: at
@@ -29,6 +33,12 @@ a difference means MINIMAL no longer matches decide.lua and needs updating.
 the same turns as the package's, for a change whose effect is smaller than the difference
 between two runs on a shared machine; printed as one more table.
 
+``--instructions``: instead of the time, the CPU instructions of each EVALSHA, counted by
+valgrind's callgrind in a redis-server run under it (``apt-get install valgrind``), over 300
+calls per case after its warm-up: the same for every run, whatever else the machine does
+(the time's ratios follow the instructions' on this workload, the commands' memory accesses
+aside).
+
 ``--original FILE``: decide.lua as it was before issue 14 changed its KEYS and ARGV (a pristine
 copy: ``git show 01c1cdd:django_throttle/store/lua/decide.lua``), fed the input it takes
 (legacy_input) and timed with 1, 3 and 5 checks in the same turns; printed as one more table.
@@ -37,7 +47,11 @@ copy: ``git show 01c1cdd:django_throttle/store/lua/decide.lua``), fed the input 
 from __future__ import annotations
 
 import argparse
+import glob
 import re
+import shutil
+import statistics
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -55,6 +69,8 @@ BUCKET_RATE = 1000
 BUCKETS = ("token_bucket", "leaky_bucket")
 CHECKS = (1, 3, 5)
 RATIO_TARGET = 1.3
+MEDIAN = False  # --median: a case's time is its median round's
+UNIT = "µs"  # --instructions: "Ir", instructions per call
 ALGORITHMS = (  # in the order of issue 14
     "fixed_window",
     "sliding_window_counter",
@@ -186,9 +202,12 @@ class Case:
     calls: int = 0
     commands: Counter[str] = field(default_factory=Counter)
     rules: list[Any] = field(default_factory=list)
+    per_round: list[float] = field(default_factory=list)  # µs per call in each round
 
     @property
     def us(self) -> float:
+        if MEDIAN and self.per_round:
+            return statistics.median(self.per_round)
         return self.usec / self.calls
 
     def per_call(self) -> str:
@@ -325,6 +344,7 @@ def measure(client: Any, cases: list[Case], rounds: int, per_round: int) -> None
             )
             assert not failed, f"{case.name}: {failed} failed calls ({stats})"
             case.usec += evalsha["usec"]
+            case.per_round.append(evalsha["usec"] / evalsha["calls"])
             case.calls += evalsha["calls"]
             for name, s in stats.items():
                 command = name.removeprefix("cmdstat_")
@@ -332,6 +352,63 @@ def measure(client: Any, cases: list[Case], rounds: int, per_round: int) -> None
                     case.commands[command] += s["calls"]
         start += per_round
     for case in cases:  # the last call of each case is admitted too
+        reply = client.execute_command("EVALSHA", case.sha, *case.inputs[0])
+        if isinstance(reply, list):
+            assert reply[1] == 1, f"{case.name}: not admitted ({reply})"
+
+
+class CallgrindServer(harness.RedisServer):
+    """The bench's redis-server under valgrind's callgrind, which counts the instructions run
+    inside evalGenericCommand (EVALSHA) only; zeroed and read between cases."""
+
+    def start(self, timeout: float = 120.0) -> None:
+        if shutil.which("valgrind") is None:
+            raise SystemExit("--instructions needs valgrind (apt-get install valgrind)")
+        args = ["valgrind", "--tool=callgrind", "--toggle-collect=evalGenericCommand"]
+        args += [f"--callgrind-out-file={self.dir}/callgrind.out", "redis-server"]
+        args += ["--port", str(self.port), "--bind", harness.HOST, "--save", ""]
+        args += ["--appendonly", "no", "--dir", self.dir, "--logfile", "redis.log"]
+        if self.cpu is not None:
+            args = ["taskset", "-c", str(self.cpu), *args]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        while not harness.ping(self.port):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"redis-server under valgrind did not answer on {self.port}")
+            time.sleep(0.1)
+
+    def control(self, option: str) -> None:
+        assert self.proc is not None
+        subprocess.run(["callgrind_control", option, str(self.proc.pid)], capture_output=True)
+
+    def counted(self) -> int:
+        """The instructions counted since the last zeroing (dumped to a file, read back)."""
+        before = set(glob.glob(f"{self.dir}/callgrind.out*"))
+        self.control("-d")
+        (dump,) = set(glob.glob(f"{self.dir}/callgrind.out*")) - before
+        with open(dump, encoding="utf-8") as file:
+            for line in file:
+                if line.startswith(("summary:", "totals:")):
+                    return int(line.split()[1])
+        raise RuntimeError(f"no totals in {dump}")
+
+
+def count_instructions(client: Any, server: CallgrindServer, cases: list[Case], calls: int) -> None:
+    """Per case, a call per client (its states written, right before: under valgrind a bucket
+    would drain), then ``calls`` calls counted: ``usec`` holds the instructions, so ``us`` is
+    instructions per call."""
+    for case in cases:
+        run(client, case, 0, len(case.inputs))
+        client.config_resetstat()
+        server.control("-z")
+        run(client, case, len(case.inputs), calls)
+        case.usec, case.calls = server.counted(), calls
+        for name, stat in client.info("commandstats").items():
+            command = name.removeprefix("cmdstat_")
+            if command not in ("evalsha", "config|resetstat", "info"):
+                case.commands[command] += stat["calls"]
+    for case in cases:  # every state there for the table of shapes, as measure() leaves them
         reply = client.execute_command("EVALSHA", case.sha, *case.inputs[0])
         if isinstance(reply, list):
             assert reply[1] == 1, f"{case.name}: not admitted ({reply})"
@@ -358,14 +435,27 @@ def main() -> int:
     parser.add_argument(
         "--quick", action="store_true", help="2 rounds x 1000 calls per case, 200 clients"
     )
+    parser.add_argument("--rounds", type=int, help="rounds of calls per case (default 5)")
+    parser.add_argument(
+        "--instructions", action="store_true", help="CPU instructions per call (callgrind)"
+    )
+    parser.add_argument(
+        "--median", action="store_true", help="each case's median round, not all rounds summed"
+    )
     parser.add_argument("--against", help="another decide.lua to time beside the package's")
     parser.add_argument(
         "--original", help="decide.lua as it was before issue 14 (its own input), timed beside"
     )
     args = parser.parse_args()
     rounds, per_round, n_clients = (2, 1000, 200) if args.quick else (5, 4000, 1000)
+    rounds = args.rounds or rounds
+    global MEDIAN, UNIT
+    MEDIAN = args.median
+    if args.instructions:
+        UNIT, n_clients = "Ir", 300
     started = time.monotonic()
-    with harness.RedisServer(cpu=harness.CPU) as server:
+    server_class = CallgrindServer if args.instructions else harness.RedisServer
+    with server_class(cpu=harness.CPU) as server:
         harness.pin_client(harness.CPU)
         harness.configure_django(server.url)  # the key prefix and the store's settings
         import redis
@@ -401,12 +491,18 @@ def main() -> int:
             *(c for group in originals.values() for c in group),
         ]
         harness.print_machine()
-        print(
-            f"\n## decide.lua beside a minimal script, server time per call ({rounds} x "
-            f"{per_round} calls per case, {n_clients} clients, INFO commandstats)\n",
-            flush=True,
-        )
-        measure(client, everything, rounds, per_round)
+        if UNIT == "Ir":
+            how = f"CPU instructions per call (callgrind, 300 calls per case, {n_clients} clients)"
+        else:
+            how = (
+                f"server time per call ({rounds} x {per_round} calls per case, {n_clients} "
+                f"clients, INFO commandstats{', median round' if MEDIAN else ''})"
+            )
+        print(f"\n## decide.lua beside a minimal script, {how}\n", flush=True)
+        if isinstance(server, CallgrindServer):
+            count_instructions(client, server, everything, 300)
+        else:
+            measure(client, everything, rounds, per_round)
 
         rows = []
         for algorithm, (one, three, five, minimal) in cases.items():
@@ -432,22 +528,28 @@ def main() -> int:
         harness.table(
             (
                 "algorithm",
-                "decide.lua 1 check µs",
-                "3 checks µs",
-                "5 checks µs",
-                "minimal µs",
+                f"decide.lua 1 check {UNIT}",
+                f"3 checks {UNIT}",
+                f"5 checks {UNIT}",
+                f"minimal {UNIT}",
                 "1 check / minimal (≤ 1.3x)",
-                "extra check µs",
+                f"extra check {UNIT}",
                 "extra / minimal (≤ 1.00x)",
                 "targets",
             ),
             rows,
         )
-        print(f"\n`return 1`: {floor.us:.2f} µs per call.")
+        print(f"\n`return 1`: {floor.us:.2f} {UNIT} per call.")
         if variants:
             print(f"\n## {args.against} beside the package's decide.lua, 1 check\n")
             harness.table(
-                ("algorithm", "package µs", "--against µs", "--against / package", "/ minimal"),
+                (
+                    "algorithm",
+                    f"package {UNIT}",
+                    f"--against {UNIT}",
+                    "--against / package",
+                    "/ minimal",
+                ),
                 [
                     (
                         a,
@@ -477,13 +579,13 @@ def main() -> int:
             harness.table(
                 (
                     "algorithm",
-                    "original 1 µs",
+                    f"original 1 {UNIT}",
                     "3",
                     "5",
-                    "package 1 µs",
+                    f"package 1 {UNIT}",
                     "3",
                     "5",
-                    "minimal µs",
+                    f"minimal {UNIT}",
                     "original 1 / minimal",
                     "package 1 / minimal",
                     "original extra / minimal",
