@@ -6,7 +6,8 @@ Run from the repository root. Runs this process under valgrind (callgrind, with
 ``PYTHONMALLOC=malloc``) twice, making 500 and then 2,500 calls to ``check(request, scope)`` on
 N fixed-window rules in Redis (``--middleware``: requests through Django's WSGI handler with
 ThrottleMiddleware and N ``*`` rules; ``--rules 0``: without the middleware), each a fresh
-request, all admitted; the instructions of a call are the difference over 2,000. Only this process is counted, not redis-server: what is
+request (built in the counted process: a check() includes making its HttpRequest), all
+admitted; the instructions of a call are the difference over 2,000. Only this process is counted, not redis-server: what is
 left is our Python, redis-py's and Django's. ``PYTHONPATH=<another checkout>`` counts another
 version of the package the same way, for a before and after.
 """
