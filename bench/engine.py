@@ -96,7 +96,7 @@ def latency_cases(url: str, n_clients: int) -> list[Case]:
 
     addrs = harness.addresses(n_clients)
     shared = [request(a) for a in addrs]
-    cases = [harness.raw_evalsha(url), minimal_window(url, addrs)]
+    cases = [harness.raw_evalsha(url), *(minimal_windows(url, addrs, n) for n in (1, 3, 5))]
     ours = {
         f"{n} rule{'s' * (n > 1)} (fixed_window)": [("fixed_window", *RATES[i]) for i in range(n)]
         for n in (1, 3, 5)
@@ -126,24 +126,43 @@ def latency_cases(url: str, n_clients: int) -> list[Case]:
     return cases
 
 
-def minimal_window(url: str, addrs: list[str]) -> Case:
-    """The least a fixed-window decision can cost through redis-py: an EVALSHA of the minimal
-    script of bench/script.py (the Redis commands of decide.lua's admitted path, TIME, GET and
-    SET, with nothing else) on the state key the package would use, no Python around it."""
+# The fixed window's commands for N rules of one client and nothing else: TIME, then GET and
+# SET "window:count" PX for each (bench/script.py's minimal fixed-window script, for N keys).
+# ARGV: period (s), cost.
+MINIMAL_WINDOWS = """
+local t = redis.call('TIME')
+local p = tonumber(ARGV[1])
+local w = math.floor(t[1] / p)
+local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
+for i = 1, #KEYS do
+  local count = 0
+  local v = redis.call('GET', KEYS[i])
+  if v then
+    local sw, sc = string.match(v, '^(%d+):(%d+)$')
+    if tonumber(sw) == w then count = tonumber(sc) end
+  end
+  redis.call('SET', KEYS[i], string.format('%d:%d', w, count + ARGV[2]), 'PX',
+    (w + 1) * p * 1000 - now_ms)
+end
+return 1
+"""
+
+
+def minimal_windows(url: str, addrs: list[str], n: int) -> Case:
+    """The least N fixed-window rules can cost through redis-py: one EVALSHA of the script above
+    on the state keys the package would use for one client, no Python around it."""
     import redis
-    import script
 
     from django_throttle.store.base import state_key
 
     client = redis.Redis.from_url(url, socket_timeout=1.0)
-    sha = client.script_load(script.MINIMAL["fixed_window"])
-    rule = harness.make_rule(900, "fixed_window", 10**9)
-    args = script.minimal_args(rule)
-    keys = [state_key(rule, f"ip:{a}") for a in addrs]
-    n = len(keys)
+    sha = client.script_load(MINIMAL_WINDOWS)
+    rules = [harness.make_rule(900 + k, "fixed_window", 10**9) for k in range(n)]
+    keys = [[state_key(rule, f"ip:{a}") for rule in rules] for a in addrs]
+    clients = len(keys)
     return Case(
-        "minimal fixed-window script (redis-py)",
-        lambda i: client.evalsha(sha, 1, keys[i % n], *args),
+        f"minimal script, {n} fixed window{'s' * (n > 1)} (redis-py)",
+        lambda i: client.evalsha(sha, n, *keys[i % clients], HOUR, 1),
     )
 
 
