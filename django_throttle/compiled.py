@@ -60,9 +60,11 @@ class CompiledRule:
     overrides: Mapping[str, CompiledRule | None] | None = field(
         default=None, compare=False, repr=False
     )
-    # decide.lua's arguments for a check of this rule (store/redis.py), in the Redis protocol:
-    # those before the check's cost and after it (a calendar window's starts are added per
-    # call, after the tail), and how many arguments a check of this rule takes in all.
+    # decide.lua's arguments for a check of this rule (its header; store/redis.py): those
+    # before the check's cost and after it (a calendar window's four starts follow, computed
+    # per call); the same framed in the Redis protocol; and how many there are in all.
+    argv_head: tuple[str | int, ...] = field(init=False, compare=False, repr=False)
+    argv_tail: tuple[int, ...] = field(init=False, compare=False, repr=False)
     wire_head: bytes = field(init=False, compare=False, repr=False)
     wire_tail: bytes = field(init=False, compare=False, repr=False)
     wire_args: int = field(init=False, compare=False, repr=False)
@@ -71,17 +73,26 @@ class CompiledRule:
 
     def __post_init__(self) -> None:
         # Here, not in build_rule: an override's replace() with its own limit gets its own.
-        object.__setattr__(self, "enforcing", self.action != Action.LOG)
+        enforcing = self.action != Action.LOG
         code = ALGORITHM_CODES[self.algorithm] if self.calendar is None else CALENDAR_CODE
-        # A shadow rule's limit and a blocking rule's period go negative (decide.lua's header).
-        limit = self.limit if self.enforcing else -self.limit
-        tail = [self.block] if self.block else []
+        # A shadow rule's limit and a blocking rule's period go negative.
+        head = (
+            code,
+            self.limit if enforcing else -self.limit,
+            -self.period if self.block else self.period,
+        )
+        tail: tuple[int, ...] = (self.block,) if self.block else ()
         if self.algorithm in ALGORITHMS_WITH_BURST:
-            tail.append(self.burst)
-        period = -self.period if self.block else self.period
-        object.__setattr__(self, "wire_head", bulk(code, limit, period))
-        object.__setattr__(self, "wire_tail", bulk(*tail))
-        object.__setattr__(self, "wire_args", 4 + len(tail) + (0 if self.calendar is None else 4))
+            tail += (self.burst,)
+        for name, value in (
+            ("enforcing", enforcing),
+            ("argv_head", head),
+            ("argv_tail", tail),
+            ("wire_head", bulk(*head)),
+            ("wire_tail", bulk(*tail)),
+            ("wire_args", len(head) + 1 + len(tail) + (0 if self.calendar is None else 4)),
+        ):
+            object.__setattr__(self, name, value)
 
     def applies_to(self, method: str) -> bool:
         return self.methods is None or method in self.methods

@@ -19,7 +19,6 @@ from redis.exceptions import NoScriptError, RedisError
 from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
-from ..choices import ALGORITHMS_WITH_BURST
 from ..compiled import CompiledRule
 from ..conf import conf
 from ..keyspace import ALGORITHM_CODES, BLOCK_SUFFIX, CALENDAR_CODE, client_tag
@@ -299,29 +298,17 @@ def script_input(
     """KEYS and ARGV of decide.lua (see its header)."""
     keys = []
     args: list[Any] = ["dry"] if dry_run else []
-    tags: dict[str, str] = {}  # the rules of a request often key on one identity
     for check in checks:
         rule = check.rule
-        who = check.identity
-        tag = tags.get(who)
-        if tag is None:
-            tag = tags[who] = client_tag(who)
-        key = rule.state_prefix + tag
+        key = rule.state_prefix + client_tag(check.identity)
         keys.append(key)
-        calendar = rule.calendar
-        args += (
-            ALGORITHM_CODES[rule.algorithm] if calendar is None else CALENDAR_CODE,
-            rule.limit if rule.enforcing else -rule.limit,
-            -rule.period if rule.block else rule.period,
-            check.cost,
-        )
         if rule.block:
             keys.append(key + BLOCK_SUFFIX)
-            args.append(rule.block)
-        if rule.algorithm in ALGORITHMS_WITH_BURST:
-            args.append(rule.burst)
-        elif calendar is not None:
-            args += calendar.starts(clock.now())
+        args += rule.argv_head
+        args.append(check.cost)
+        args += rule.argv_tail
+        if rule.calendar is not None:
+            args += rule.calendar.starts(clock.now())
     return keys, args
 
 
