@@ -13,15 +13,20 @@ waits, a ``send`` that keeps the messages (each request is one ``run_until_compl
 or without the middleware alike). The view is a plain sync view, as in bench/e2e.py;
 ``--async-view`` makes it a coroutine (which WSGI runs through async_to_sync). The added time
 is the difference of medians to the baseline of the same handler, also as a ratio to the raw
-EVALSHA; last, INFO commandstats counts the EVALSHA calls per request with the middleware.
+EVALSHA. Beside them, the floor of that added time under each handler: a middleware that makes
+one EVALSHA of ``return 1`` per request and nothing else (redis-py under WSGI, redis.asyncio
+awaited on the loop under ASGI). Last, INFO commandstats counts the EVALSHA calls per request
+with the middleware.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+import e2e
 import harness
 from harness import Case
 
@@ -52,18 +57,45 @@ def urls() -> None:
     urlpatterns[:] = [path("p/", plain, name="plain"), path("a/", aplain, name="aplain")]
 
 
-def middleware(throttled: bool) -> None:
+def middleware(throttled: bool, extra: str | None = None) -> None:
     """The chain a handler builds when it is made, from the settings of now."""
     from django.conf import settings
 
-    settings.MIDDLEWARE = MIDDLEWARE + ([THROTTLE] if throttled else [])
+    settings.MIDDLEWARE = (
+        MIDDLEWARE + ([THROTTLE] if throttled else []) + ([extra] if extra else [])
+    )
 
 
-def wsgi_case(name: str, throttled: bool, path: str) -> Case:
+# What AsyncRoundTripMiddleware awaits, set by main(): redis.asyncio's EVALSHA of `return 1`.
+_floor: dict[str, Callable[[], Awaitable[Any]]] = {}
+
+
+class AsyncRoundTripMiddleware:
+    """One redis.asyncio EVALSHA of ``return 1`` per request, awaited on the loop; nothing else."""
+
+    sync_capable = False
+    async_capable = True
+
+    def __init__(self, get_response: Callable[[Any], Awaitable[Any]]) -> None:
+        from asgiref.sync import markcoroutinefunction
+
+        self.get_response = get_response
+        markcoroutinefunction(self)
+
+    async def __call__(self, request: Any) -> Any:
+        await _floor["async"]()
+        return await self.get_response(request)
+
+
+WSGI_FLOOR = "WSGI: floor, a middleware making one raw EVALSHA"
+ASGI_FLOOR = "ASGI: floor, a middleware awaiting one redis.asyncio EVALSHA"
+
+
+def wsgi_case(name: str, throttled: bool, path: str, extra: str | None = None) -> Case:
     from django.core.handlers.wsgi import WSGIHandler
     from django.test import RequestFactory
 
-    middleware(throttled)
+    middleware(throttled, extra)
     app = WSGIHandler()
     factory = RequestFactory()
     environs = [factory.get(path, REMOTE_ADDR=a).environ for a in harness.addresses(N_CLIENTS)]
@@ -113,10 +145,16 @@ async def asgi_get(app: Any, request_scope: dict[str, Any]) -> int:
     return next(m["status"] for m in sent if m["type"] == "http.response.start")
 
 
-def asgi_case(name: str, throttled: bool, path: str, loop: asyncio.AbstractEventLoop) -> Case:
+def asgi_case(
+    name: str,
+    throttled: bool,
+    path: str,
+    loop: asyncio.AbstractEventLoop,
+    extra: str | None = None,
+) -> Case:
     from django.core.handlers.asgi import ASGIHandler
 
-    middleware(throttled)
+    middleware(throttled, extra)
     app = ASGIHandler()
     scopes = [scope(path, a) for a in harness.addresses(N_CLIENTS)]
 
@@ -133,6 +171,7 @@ def async_evalsha(url: str, loop: asyncio.AbstractEventLoop) -> Case:
 
     client = redis.asyncio.Redis.from_url(url, socket_timeout=1.0)
     sha = loop.run_until_complete(client.script_load("return 1"))
+    _floor["async"] = lambda: client.evalsha(sha, 0)
     return Case(
         "raw EVALSHA `return 1` (redis.asyncio)",
         lambda _: loop.run_until_complete(client.evalsha(sha, 0)),
@@ -173,6 +212,7 @@ def main() -> None:
             SESSION_ENGINE="django.contrib.sessions.backends.signed_cookies",
         )
         urls()
+        e2e.floor_calls(server.url)
         harness.create_rules([("*", args.algorithm, 10**9, "hour")])
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
@@ -183,11 +223,13 @@ def main() -> None:
             wsgi_case("WSGI: ThrottleMiddleware, 1 rule", True, path),
             asgi_case("ASGI: Django, no throttling", False, path, loop),
             asgi_case("ASGI: ThrottleMiddleware, 1 rule", True, path, loop),
+            wsgi_case(WSGI_FLOOR, False, path, "e2e.RoundTripMiddleware"),
+            asgi_case(ASGI_FLOOR, False, path, loop, f"{__name__}.AsyncRoundTripMiddleware"),
         ]
         harness.print_machine()
         try:
             harness.interleaved(cases, rounds, per_round, warmup=N_CLIENTS)
-            per_request = {c.name[:4]: evalsha_per_request(server.url, c) for c in cases[3::2]}
+            per_request = {c.name[:4]: evalsha_per_request(server.url, c) for c in cases[3:6:2]}
         finally:
             loop.close()
     view = "an async" if args.async_view else "a sync"
@@ -197,12 +239,12 @@ def main() -> None:
     )
     raw = cases[0].median_us
     base = {"WSGI": cases[2].median_us, "ASGI": cases[4].median_us}
-    added = {}
+    added: dict[str, float] = {}
     rows = []
     for c in cases:
         handler = c.name[:4]
-        plus = c.median_us - base[handler] if "Throttle" in c.name else None
-        if plus is not None:
+        plus = c.median_us - base[handler] if handler in base and c not in cases[2:5:2] else None
+        if plus is not None and "Throttle" in c.name:
             added[handler] = plus
         rows.append(
             (

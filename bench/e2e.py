@@ -7,16 +7,21 @@ beside its own redis-server (``taskset -c 0``). Interleaved call by call: a raw 
 EVALSHA of ``return 1``; a request through Django without the middleware (the baseline); the
 same with ThrottleMiddleware and 1 matching rule, and 5 (``*``, a path prefix, a regex, the
 URL name and the view's ``@throttle`` scope). The added time is the difference of medians to
-the baseline, also as a ratio to the raw EVALSHA. ``--memory`` decides in process memory
-instead: the middleware's Python alone.
+the baseline, also as a ratio to the raw EVALSHA. Beside them, the floor of that added time:
+Django with a middleware that makes one raw EVALSHA of ``return 1`` per request and nothing else,
+and one running the minimal INCRBY+PEXPIRE fixed window of bench/engine.py on the client's key
+(what one round trip, and one rule's Redis commands, add to a request inside Django).
+``--memory`` decides in process memory instead: the middleware's Python alone.
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any
 
 import harness
+from engine import HOUR, MINIMAL_COUNTS
 from harness import Case
 
 N_CLIENTS = 1000
@@ -30,6 +35,8 @@ RULES = ("*", "/api/", r"^/api/x/$", "named", "dec")  # /p/ matches the first, /
 ALGORITHMS = ("sliding_window_counter", "token_bucket", "fixed_window")
 
 ONE_RULE = "ThrottleMiddleware, 1 rule"
+ROUND_TRIP = "floor: a middleware making one raw EVALSHA `return 1`"
+MINIMAL_WINDOW = "floor: a middleware running the minimal INCRBY fixed window"
 TARGET = 1.3  # issue 14: the added time of one rule, at most this times the raw EVALSHA
 
 urlpatterns: list[Any] = []  # this module is the ROOT_URLCONF; filled in by urls()
@@ -50,12 +57,47 @@ def urls() -> None:
     ]
 
 
-def handler(throttled: bool) -> Any:
+def handler(throttled: bool, extra: str | None = None) -> Any:
     from django.conf import settings
     from django.core.handlers.wsgi import WSGIHandler
 
-    settings.MIDDLEWARE = MIDDLEWARE + ([THROTTLE] if throttled else [])
+    settings.MIDDLEWARE = (
+        MIDDLEWARE + ([THROTTLE] if throttled else []) + ([extra] if extra else [])
+    )
     return WSGIHandler()  # the middleware chain is built here, from the settings of now
+
+
+# What the floor middlewares call, set by main(): redis-py's EVALSHA of `return 1`, and of the
+# minimal fixed window on one key.
+_floor: dict[str, Callable[..., Any]] = {}
+
+
+class RoundTripMiddleware:
+    """One raw EVALSHA of ``return 1`` per request, nothing else."""
+
+    def __init__(self, get_response: Callable[[Any], Any]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: Any) -> Any:
+        _floor["raw"]()
+        return self.get_response(request)
+
+
+class MinimalWindowMiddleware(RoundTripMiddleware):
+    """One EVALSHA of the minimal INCRBY+PEXPIRE fixed window on the client's key."""
+
+    def __call__(self, request: Any) -> Any:
+        _floor["window"]("thr:e2e:" + request.META["REMOTE_ADDR"])
+        return self.get_response(request)
+
+
+def floor_calls(url: str) -> None:
+    import redis
+
+    client = redis.Redis.from_url(url, socket_timeout=1.0)
+    raw, window = client.script_load("return 1"), client.script_load(MINIMAL_COUNTS)
+    _floor["raw"] = lambda: client.evalsha(raw, 0)
+    _floor["window"] = lambda key: client.evalsha(window, 1, key, HOUR, 1)
 
 
 def request_case(name: str, app: Any, path: str) -> Case:
@@ -89,6 +131,7 @@ def main() -> None:
             DJANGO_THROTTLE={"BACKEND": "memory" if args.memory else "redis"},
         )
         urls()
+        floor_calls(server.url)
         harness.create_rules(
             [(scope, ALGORITHMS[i % 3], 10**9, "hour") for i, scope in enumerate(RULES)]
         )
@@ -98,6 +141,10 @@ def main() -> None:
             request_case("Django, no throttling", handler(False), "/p/"),
             request_case(ONE_RULE, throttled, "/p/"),
             request_case("ThrottleMiddleware, 5 rules", throttled, "/api/x/"),
+            request_case(ROUND_TRIP, handler(False, f"{__name__}.RoundTripMiddleware"), "/p/"),
+            request_case(
+                MINIMAL_WINDOW, handler(False, f"{__name__}.MinimalWindowMiddleware"), "/p/"
+            ),
         ]
         harness.print_machine()
         harness.interleaved(cases, rounds, per_round, warmup=N_CLIENTS)
@@ -106,7 +153,7 @@ def main() -> None:
     raw, base = cases[0].median_us, cases[1].median_us
     rows = []
     for c in cases:
-        added = c.median_us - base if c.name.startswith("Throttle") else None
+        added = None if c is cases[0] or c is cases[1] else c.median_us - base
         target = ""
         if c.name == ONE_RULE and added is not None:
             target = f"≤ {TARGET:.1f}x: {'met' if added / raw <= TARGET else 'not met'}"
