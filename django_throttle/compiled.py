@@ -70,6 +70,9 @@ class CompiledRule:
     wire_args: int = field(init=False, compare=False, repr=False)
     # Whether a rejection by this rule rejects the request (a log-only rule never does).
     enforcing: bool = field(init=False, compare=False, repr=False)
+    # Whether it counts every client (no audience, no exemption of its own): then only the
+    # EXEMPT_NETWORKS setting can leave a request out (audience.counts()).
+    everyone: bool = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         # Here, not in build_rule: an override's replace() with its own limit gets its own.
@@ -86,6 +89,11 @@ class CompiledRule:
             tail += (self.burst,)
         for name, value in (
             ("enforcing", enforcing),
+            (
+                "everyone",
+                self.audience == AppliesTo.ALL
+                and not (self.exempt_staff or self.exempt_groups or self.exempt_networks),
+            ),
             ("argv_head", head),
             ("argv_tail", tail),
             ("wire_head", bulk(*head)),

@@ -70,17 +70,21 @@ def _decision(
     retry_after: float,
     delay: float = 0.0,
 ) -> Decision:
+    rule = deciding.rule
+    # Positional (the field order of Decision): once per request, keywords cost twice as much.
     return Decision(
-        allowed=allowed,
-        limit=deciding.limit,
-        remaining=deciding.remaining,
-        reset_at=deciding.reset_at,
-        retry_after=retry_after,
-        rule=deciding.rule.name,
-        period=deciding.rule.period,
-        delay=delay,
-        results=tuple(results),
-        decided_at=deciding.at / US if deciding.at else None,
+        allowed,
+        deciding.limit,
+        deciding.remaining,
+        deciding.reset_at,
+        retry_after,
+        rule.name,
+        rule.period,
+        delay,
+        False,  # unavailable
+        None,  # identity
+        tuple(results),
+        deciding.at / US if deciding.at else None,  # decided_at
     )
 
 

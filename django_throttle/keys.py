@@ -69,7 +69,10 @@ def _user_pk(request: Any) -> str | None:
     return str(user.pk)
 
 
-_ADDRESS_OR_USER = frozenset({KeyKind.IP, KeyKind.USER, KeyKind.USER_OR_IP})
+# The kinds as plain strings: an enum member's lookup on its class costs more than the compare.
+_IP, _USER, _GLOBAL = KeyKind.IP.value, KeyKind.USER.value, KeyKind.GLOBAL.value
+_HEADER, _PARAM, _CUSTOM = KeyKind.HEADER.value, KeyKind.PARAM.value, KeyKind.CUSTOM.value
+_ADDRESS_OR_USER = frozenset({_IP, _USER, KeyKind.USER_OR_IP.value})
 
 
 def identity(rule: CompiledRule, request: Any, memo: dict[str, str | None]) -> str | None:
@@ -79,26 +82,26 @@ def identity(rule: CompiledRule, request: Any, memo: dict[str, str | None]) -> s
     user are worked out once per request.
     """
     kind = rule.key_kind
-    if kind == KeyKind.GLOBAL:
+    if kind == _GLOBAL:
         return "global"
     if kind in _ADDRESS_OR_USER:
-        if kind != KeyKind.IP:
+        if kind != _IP:
             if "user" not in memo:
                 memo["user"] = _user_pk(request)
             pk = memo["user"]
             if pk is not None:
                 return "user:" + pk
-            if kind == KeyKind.USER:
+            if kind == _USER:
                 return None  # anonymous requests are not counted by a user rule
         if "ip" not in memo:
             memo["ip"] = client_ip(request)
         return "ip:" + memo["ip"]  # type: ignore[operator]
-    if kind == KeyKind.HEADER:
+    if kind == _HEADER:
         value = request.META.get(rule.header_meta_key)
         return None if value is None or value == "" else "header:" + value
-    if kind == KeyKind.PARAM:
+    if kind == _PARAM:
         return "param:" + _param(request, rule.key_arg)
-    if kind == KeyKind.CUSTOM:
+    if kind == _CUSTOM:
         assert rule.key_function is not None
         value = rule.key_function(request)
         return None if value is None else "custom:" + str(value)

@@ -92,6 +92,9 @@ def gather(
         user_loaded = hasattr(request, "_cached_user")  # AuthenticationMiddleware's cache
     else:
         ruleset = get_rules()
+    # Without EXEMPT_NETWORKS, a rule that counts everyone counts this request: no call to
+    # counts() for it.
+    anyone = not conf.EXEMPT_NETWORKS
     for rule, rule_cost in request_rules(ruleset, request, specs, paths=paths, url_name=url_name):
         if on_loop and rule.on_loop != ON_LOOP and not (rule.on_loop == WITH_USER and user_loaded):
             raise NeedsThread
@@ -100,7 +103,7 @@ def gather(
             earlier.append(done)
             continue
         try:
-            if not counts(rule, request, memo):
+            if not (anyone and rule.everyone) and not counts(rule, request, memo):
                 continue  # outside the rule's audience, or exempt
             who = identity(rule, request, memo)
         except Exception:

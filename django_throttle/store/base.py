@@ -14,7 +14,7 @@ def state_key(rule: CompiledRule, identity: str) -> str:
     return rule.state_prefix + client_tag(identity)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built for every rule of every request (see Result)
 class Check:
     """One rule to apply to one client identity (``"ip:203.0.113.7"``) at some cost."""
 

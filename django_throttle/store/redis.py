@@ -350,19 +350,20 @@ def parse_reply(checks: Sequence[Check], reply: Sequence[int]) -> list[Result]:
         rule = check.rule
         state = reply[i]  # 1 allowed, 0 rejected, 2 rejected and blocked
         wait = reply[i + 3] / US  # allowed: the delay; rejected: the retry-after
+        # Positional (the field order of Result): keywords cost twice the construction.
         results.append(
             Result(
-                rule=rule,
-                identity=check.identity,
-                allowed=state == 1,
-                limit=rule.limit,
-                remaining=reply[i + 1],
-                reset_at=now + reply[i + 2] / US,
-                retry_after=0.0 if state == 1 else wait,
-                delay=wait if state == 1 else 0.0,
-                blocked=state == 2,
-                at=at,
-                cost=check.cost,
+                rule,
+                check.identity,
+                state == 1,  # allowed
+                rule.limit,
+                reply[i + 1],  # remaining
+                now + reply[i + 2] / US,  # reset_at
+                0.0 if state == 1 else wait,  # retry_after
+                wait if state == 1 else 0.0,  # delay
+                state == 2,  # blocked
+                at,
+                check.cost,
             )
         )
         i += REPLY_FIELDS
