@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -10,6 +11,7 @@ from django.http import HttpRequest, HttpResponse
 
 from .engine import (
     aenforce,
+    arelease_after_threads,
     arelease_leases,
     enforce,
     finish,
@@ -68,10 +70,14 @@ class ThrottleMiddleware:
         get_response: Callable[[HttpRequest], Awaitable[Any]] = self.get_response
         try:
             response = await get_response(request)
+        except asyncio.CancelledError:
+            # The client went away (ASGIHandler cancels the request): no response will be
+            # closed. A sync view goes on running in its thread and keeps its slots until it
+            # returns; after an async view (cancelled: its work has ended) they end at once.
+            await arelease_after_threads(request)
+            raise
         except BaseException:
-            # An exception, or the client went away (ASGIHandler cancels the request): no
-            # response will be closed, so the leases end now.
-            await arelease_leases(request)
+            await arelease_leases(request)  # no response will be closed: the leases end now
             raise
         if not state.paths_decided:
             state.paths_decided = True

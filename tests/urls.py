@@ -32,6 +32,9 @@ urlpatterns = [
     path("inflight/async/", views.inflight_async, name="inflight-async"),
     path("inflight/etag/", views.inflight_etag, name="inflight-etag"),
     path("inflight/async-slow/", views.inflight_async_slow, name="inflight-async-slow"),
+    path("inflight/slow/", views.inflight_slow, name="inflight-slow"),
+    path("delayed/", views.delayed, name="delayed"),
+    path("store-now/", views.store_now, name="store-now"),
 ]
 
 try:

@@ -2,6 +2,7 @@
 
 import asyncio
 import threading
+import time
 
 from django.contrib.auth import authenticate
 from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
@@ -136,3 +137,37 @@ async def inflight_async(request):
 async def inflight_async_slow(request):
     await asyncio.sleep(5)  # the tests' clients go away long before
     return HttpResponse("done")
+
+
+# -- behind a real server (tests/served.py) -------------------------------------------------
+
+SLOW_SECONDS = 2.0
+
+
+def inflight_slow(request):
+    """A slow sync view that records in Redis how many of it are running at once."""
+    from django_redis import get_redis_connection
+
+    redis = get_redis_connection("default")
+    redis.rpush("views:seen", redis.incr("views:running"))
+    try:
+        time.sleep(SLOW_SECONDS)
+    finally:
+        redis.decr("views:running")
+    return HttpResponse("done")
+
+
+def delayed(request):
+    """When the store admitted this request (its clock) and how long it was held."""
+    from django_throttle.engine import state_of
+
+    decision = state_of(request).decisions[-1]
+    return JsonResponse({"decided_at": decision.decided_at, "delay": decision.delay})
+
+
+def store_now(request):
+    """The store's clock now: when this (unthrottled) request was served."""
+    from django_redis import get_redis_connection
+
+    seconds, micros = get_redis_connection("default").time()
+    return JsonResponse({"now": seconds + micros / 1_000_000})

@@ -5,6 +5,7 @@ from __future__ import annotations
 from .flow import (
     aenforce,
     aevaluate,
+    arelease_after_threads,
     arelease_leases,
     enforce,
     evaluate,
@@ -17,6 +18,7 @@ __all__ = [
     "SPECS_ATTR",
     "aenforce",
     "aevaluate",
+    "arelease_after_threads",
     "arelease_leases",
     "enforce",
     "evaluate",

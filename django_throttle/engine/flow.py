@@ -419,6 +419,18 @@ async def arelease_leases(request: Any) -> None:
     await agive_back(taken(leases))
 
 
+async def arelease_after_threads(request: Any) -> None:
+    """End the request's leases once the sync work it started is done: an ASGI request
+    cancelled (its client gone) while a sync view runs in a thread, which goes on running."""
+    if not state_of(request).leases:
+        return
+    # The request's sync view runs on its thread-sensitive executor (one thread, one call at
+    # a time: ASGIHandler gives each request its own), so a call queued there runs once the
+    # view has returned, or at once if it never started. Shielded: a second cancellation
+    # must not drop the release still waiting behind the view.
+    await asyncio.shield(sync_to_async(release_leases, thread_sensitive=True)(request))
+
+
 # The requests of the current handler call that hold leases. request_started puts a new
 # list in the handler's context (the request's thread under WSGI; under ASGI the handler's
 # task, whose request task shares the list), request_finished ends what is in it.

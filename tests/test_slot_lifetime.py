@@ -1,0 +1,52 @@
+"""A concurrency slot ends when the work ends: under a real ASGI server (uvicorn), a client
+that hangs up while its sync view runs does not get its slot back before the view returns
+(the view goes on running in its thread)."""
+
+from __future__ import annotations
+
+import socket
+import time
+from http.client import HTTPConnection
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from tests import views
+from tests.helpers import rule
+from tests.served import serving
+from tests.traffic import wait_until
+
+pytest.importorskip("uvicorn")
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+UVICORN = ["uvicorn", "tests.served:asgi", "--port", "{port}", "--log-level", "warning"]
+REQUEST = b"GET /inflight/slow/ HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+
+
+def hang_up_after_sending(port: int) -> None:
+    """A client that sends its request, gives the server time to start the view, and leaves."""
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(REQUEST)
+        time.sleep(0.2)
+
+
+def test_a_sync_view_keeps_its_slot_until_it_returns_though_its_client_hung_up(
+    redis_client: Any,
+) -> None:
+    rule("in flight", "/inflight/", 3, algorithm="concurrency", unit="minute")
+    with serving(UVICORN, dict(connection.settings_dict)) as port:
+        # Ten clients in a row within one view's run time (2 s): while three views run,
+        # every slot is taken, whether their clients are still there or not.
+        for _ in range(10):
+            hang_up_after_sending(port)
+        wait_until(lambda: int(redis_client.get("views:running") or 0) == 0, within=30)
+        seen = [int(n) for n in redis_client.lrange("views:seen", 0, -1)]
+        assert max(seen) == 3  # three ran at once, never more
+
+        # Each slot ended with its view: a client that waits is served.
+        client = HTTPConnection("127.0.0.1", port, timeout=10 * views.SLOW_SECONDS)
+        client.request("GET", "/inflight/slow/")
+        assert client.getresponse().status == 200
+        client.close()
