@@ -132,12 +132,14 @@ class Setting(Generic[T]):
                 f"({type(value).__name__}).",
                 self.hint,
             )
-        if self.choices and value not in self.choices:
+        if self.choices and isinstance(value, str) and value not in self.choices:
             return Problem(
                 self.error_id,
                 f"{SETTING_NAME}[{self.name!r}] is {value!r}.",
                 "Use " + ", ".join(repr(c) for c in self.choices) + ".",
             )
+        if not isinstance(value, _NUMBER):
+            return None  # the range is a number's: a word (MAX_DELAYED's "auto") or None
         low, high = self.minimum, self.maximum
         if (
             (low is not None and (value <= low if self.above else value < low))
@@ -214,12 +216,21 @@ class Settings:
         hint="The IANA name of the zone where weeks and months start, e.g. 'Europe/Berlin'.",
     )
     BLOCK_CACHE = Setting[bool](True, (bool,))
-    MAX_DELAYED = Setting[int](
-        10,
-        (int,),
+    MAX_DELAYED = Setting["int | str"](
+        "auto",
+        (int, str),
         minimum=0,
+        choices=("auto",),
         hint="How many requests one process holds at once for delay rules; past it they are "
-        "rejected with 429 at once. 0 rejects instead of delaying.",
+        "rejected with 429 at once. 0 rejects instead of delaying. 'auto': at most 10, and "
+        "at most half the threads the process was seen serving with at once (at least 1).",
+    )
+    MAX_DELAYED_PER_CLIENT = Setting["int | None"](
+        1,
+        (int, type(None)),
+        minimum=1,
+        hint="How many requests of one client (one key of a delay rule) one process holds "
+        "at once in its threads; past it they are rejected with 429 at once. None: no cap.",
     )
     CLUSTER_URL = Setting["str | None"](
         None,

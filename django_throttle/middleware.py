@@ -16,6 +16,7 @@ from .engine import (
     enforce,
     finish,
     release_leases,
+    serving,
     state_of,
     view_specs,
 )
@@ -52,17 +53,21 @@ class ThrottleMiddleware:
             return self.__acall__(request)
         state = state_of(request)
         state.middleware = True
+        serving.enter()  # how many threads the server has, as far as is seen (MAX_DELAYED)
         try:
-            response = self.get_response(request)
-        except BaseException:
-            release_leases(request)  # no response will be closed: the leases end now
-            raise
-        if not state.paths_decided:
-            state.paths_decided = True
-            rejection = enforce(request, paths=True)
-            if rejection is not None:
-                return rejection
-        return finish(request, response)
+            try:
+                response = self.get_response(request)
+            except BaseException:
+                release_leases(request)  # no response will be closed: the leases end now
+                raise
+            if not state.paths_decided:
+                state.paths_decided = True
+                rejection = enforce(request, paths=True)
+                if rejection is not None:
+                    return rejection
+            return finish(request, response)
+        finally:
+            serving.leave()
 
     async def __acall__(self, request: HttpRequest) -> Any:
         state = state_of(request)

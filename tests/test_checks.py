@@ -243,3 +243,22 @@ def test_w001_for_each_unknown_key_even_when_not_strings():
     assert ids == ["django_throttle.W001"] * 2
     with override_settings(DJANGO_THROTTLE={1: True, "RATE": "5/m"}):
         assert [m.id for m in check_settings()] == ["django_throttle.W001"] * 2
+
+
+@pytest.mark.parametrize(
+    ("throttle", "ids"),
+    [
+        ({"MAX_DELAYED": "auto"}, []),
+        ({"MAX_DELAYED": 0}, []),
+        ({"MAX_DELAYED": 4}, []),
+        ({"MAX_DELAYED": "half"}, ["django_throttle.E009"]),
+        ({"MAX_DELAYED": -1}, ["django_throttle.E009"]),
+        ({"MAX_DELAYED": 2.5}, ["django_throttle.E005"]),
+        ({"MAX_DELAYED_PER_CLIENT": None}, []),
+        ({"MAX_DELAYED_PER_CLIENT": 3}, []),
+        ({"MAX_DELAYED_PER_CLIENT": 0}, ["django_throttle.E009"]),
+        ({"MAX_DELAYED_PER_CLIENT": "1"}, ["django_throttle.E005"]),
+    ],
+)
+def test_the_caps_on_delayed_requests_are_validated(throttle, ids):
+    assert settings_ids(**throttle) == ids

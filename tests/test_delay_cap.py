@@ -19,7 +19,13 @@ pytestmark = [pytest.mark.usefixtures("throttle_middleware")]
 
 @pytest.mark.django_db(transaction=True)
 def test_requests_past_the_cap_are_turned_away_at_once(settings: Any) -> None:
-    settings.DJANGO_THROTTLE = {**settings.DJANGO_THROTTLE, "MAX_DELAYED": 2}
+    # Five requests of one client: the cap per client (1 by default) is lifted, to see the
+    # cap of the process alone.
+    settings.DJANGO_THROTTLE = {
+        **settings.DJANGO_THROTTLE,
+        "MAX_DELAYED": 2,
+        "MAX_DELAYED_PER_CLIENT": None,
+    }
     rule(
         "queued",
         "/api/",

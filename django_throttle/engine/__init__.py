@@ -11,6 +11,7 @@ from .flow import (
     evaluate,
     finish,
     release_leases,
+    serving,
 )
 from .state import SPECS_ATTR, state_of, view_specs
 
@@ -24,6 +25,7 @@ __all__ = [
     "evaluate",
     "finish",
     "release_leases",
+    "serving",
     "state_of",
     "view_specs",
 ]

@@ -15,11 +15,12 @@ from functools import partial
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpResponse, HttpResponseBase
 
 from .. import metrics, recording
 from ..audience import counts
-from ..choices import Algorithm
+from ..choices import Action, Algorithm
 from ..compiled import ON_LOOP, WITH_USER, CompiledRule
 from ..conf import conf
 from ..decision import Decision, from_results, unavailable
@@ -36,6 +37,7 @@ from .state import state_of
 logger = logging.getLogger("django_throttle")
 
 _CONCURRENCY = str(Algorithm.CONCURRENCY)
+_DELAY = str(Action.DELAY)
 
 
 class Gathered:
@@ -306,7 +308,10 @@ def enforce(
         return rejected(request, decision)
     wait = delay_of(decision)
     if wait:
-        if not delays.enter():
+        # A wait in a thread of a WSGI server holds one of its few threads; under ASGI
+        # (a sync view's thread is the request's own) it holds nothing shared.
+        held = Held(decision, in_thread=not isinstance(request, ASGIRequest))
+        if not delays.enter(held):
             give_back(taken(forget_taken(request, decision)))
             turned = turned_away(decision, wait)
             announce(request, turned)
@@ -314,7 +319,7 @@ def enforce(
         try:
             time.sleep(wait)
         finally:
-            delays.leave()
+            delays.leave(held)
     return None
 
 
@@ -331,7 +336,8 @@ async def aenforce(
         return rejected(request, decision)
     wait = delay_of(decision)
     if wait:
-        if not delays.enter():
+        held = Held(decision, in_thread=False)  # an await holds no thread
+        if not delays.enter(held):
             await agive_back(taken(forget_taken(request, decision)))
             turned = turned_away(decision, wait)
             announce(request, turned)
@@ -339,7 +345,7 @@ async def aenforce(
         try:
             await asyncio.sleep(wait)
         finally:
-            delays.leave()
+            delays.leave(held)
     return None
 
 
@@ -353,23 +359,95 @@ def delay_of(decision: Decision) -> float:
     return min(decision.delay, longest)
 
 
+AUTO_MAX_DELAYED = 10  # MAX_DELAYED "auto": the most held at once, in threads or not
+
+
+class Serving:
+    """How many requests this process serves in threads now (ThrottleMiddleware's sync
+    path), and the most it was seen serving at once: at least that many threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.now = 0
+        self.most = 0
+
+    def enter(self) -> None:
+        with self._lock:
+            self.now += 1
+            if self.now > self.most:
+                self.most = self.now
+
+    def leave(self) -> None:
+        with self._lock:
+            self.now -= 1
+
+
+serving = Serving()
+
+
+class Held:
+    """A request held for a delay rule: whether it holds a server's thread, and the clients
+    (rule, key) whose turn it waits for."""
+
+    __slots__ = ("clients", "counted", "in_thread")
+
+    def __init__(self, decision: Decision, in_thread: bool) -> None:
+        self.in_thread = in_thread
+        self.counted = False  # among its clients' held requests (MAX_DELAYED_PER_CLIENT)
+        self.clients = [
+            (r.rule.state_prefix, r.identity)
+            for r in decision.results
+            if r.delay > 0 and r.rule.action == _DELAY
+        ]
+
+
 class Delays:
-    """How many requests this process holds for delay rules now (MAX_DELAYED caps it)."""
+    """The requests this process holds for delay rules now. MAX_DELAYED caps them all; its
+    default, "auto", holds at most AUTO_MAX_DELAYED, and in threads at most half the threads
+    seen serving at once (at least one), so waits never take most of a WSGI server's
+    threads. In threads, MAX_DELAYED_PER_CLIENT caps those of one client of a rule: one
+    client flooding a delay rule holds one thread, and its other requests get 429 at once."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.held = 0
+        self.in_threads = 0
+        self.clients: dict[tuple[str, str], int] = {}
 
-    def enter(self) -> bool:
+    def enter(self, held: Held) -> bool:
+        cap = conf.MAX_DELAYED
+        per_client = conf.MAX_DELAYED_PER_CLIENT
         with self._lock:
-            if self.held >= conf.MAX_DELAYED:
+            if cap == "auto":
+                if self.held >= AUTO_MAX_DELAYED:
+                    return False
+                if held.in_thread and self.in_threads >= max(1, serving.most // 2):
+                    return False
+            elif self.held >= int(cap):
                 return False
+            if held.in_thread and per_client is not None:
+                if any(self.clients.get(c, 0) >= per_client for c in held.clients):
+                    return False
+                for client in held.clients:
+                    self.clients[client] = self.clients.get(client, 0) + 1
+                held.counted = True
             self.held += 1
+            if held.in_thread:
+                self.in_threads += 1
             return True
 
-    def leave(self) -> None:
+    def leave(self, held: Held) -> None:
         with self._lock:
             self.held -= 1
+            if held.in_thread:
+                self.in_threads -= 1
+            if held.counted:
+                for client in held.clients:
+                    left = self.clients[client] - 1
+                    if left:
+                        self.clients[client] = left
+                    else:
+                        del self.clients[client]
 
 
 delays = Delays()
