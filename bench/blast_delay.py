@@ -1,0 +1,195 @@
+"""One client flooding a `delay` rule, and an unthrottled path of the same gunicorn worker.
+
+    .venv/bin/python bench/blast_delay.py [--seconds 8] [--flood 8] [--threads 4]   # about 45 s
+
+Run from the repository root (``pip install -r bench/requirements.txt`` for gunicorn). On
+loopback only: its own redis-server and a fresh SQLite database in a temporary directory; one
+rule, ``/api/``, a leaky bucket of 2 per second with ``burst=20`` and ``action=delay`` (a
+request waits its turn, up to 10 s); ``example_project.wsgi`` under gunicorn, one worker of
+``--threads`` threads (gthread). One client floods ``/api/items/`` from ``--flood`` connections
+(each sends its next request once answered) while a probe asks for ``/items/1/`` (no rule)
+every 100 ms. On a server started for each run: with the former defaults (``MAX_DELAYED``
+10, no cap per client: set through DJANGO_THROTTLE), with today's, and, for scale, the same
+flood on a path no rule covers (what the flood costs the worker by itself). Prints per run the
+probe's latency (median, max) and the flood's statuses. Every process it starts is stopped in
+a ``finally``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import http.client
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import harness
+from harness import HOST
+from load import Gunicorn
+from redis import Redis
+
+REPO = Path(__file__).resolve().parent.parent
+PROBE_EVERY = 0.1
+
+SETTINGS = """from example_project.settings import *  # noqa: F403
+
+DEBUG = False
+DATABASES["default"]["NAME"] = {db!r}  # noqa: F405
+DJANGO_THROTTLE = {{**DJANGO_THROTTLE, **{throttle!r}}}  # noqa: F405
+"""
+
+RULES = """from django_throttle.models import Rule
+Rule.objects.create(name="bench-delay", scope="/api/", limit=2, unit="second",
+    algorithm="leaky_bucket", burst=20, action="delay")
+"""
+
+RUNS: list[tuple[str, dict[str, Any], str]] = [
+    (
+        "former default: MAX_DELAYED 10, no cap per client",
+        {"MAX_DELAYED": 10, "MAX_DELAYED_PER_CLIENT": None},
+        "/api/items/",
+    ),
+    ("default: MAX_DELAYED auto, 1 per client", {}, "/api/items/"),
+    ("for scale: the same flood on a path with no rule", {}, "/items/2/"),
+]
+
+
+def request(port: int, path: str, timeout: float = 30.0) -> int:
+    """The status of one request on a new connection; -1 without an HTTP answer."""
+    conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
+    try:
+        conn.request("GET", path, headers={"Connection": "close"})
+        response = conn.getresponse()
+        response.read()
+        return response.status
+    except (OSError, http.client.HTTPException):
+        return -1
+    finally:
+        conn.close()
+
+
+def run_once(
+    workdir: Path, env: dict[str, str], threads: int, flood: int, seconds: float, path: str
+) -> tuple[list[float], Counter[int]]:
+    """Probe latencies (ms) and flood statuses of one server under one client's flood."""
+    server = Gunicorn(env, workdir / "gunicorn.log", 1, threads)
+    try:
+        server.start()
+        request(server.port, "/items/1/")  # the worker has loaded its rules
+        stop = threading.Event()
+        statuses: Counter[int] = Counter()
+        lock = threading.Lock()
+
+        def flooding() -> None:
+            while not stop.is_set():
+                status = request(server.port, path)
+                with lock:
+                    statuses[status] += 1
+
+        flooders = [threading.Thread(target=flooding) for _ in range(flood)]
+        for t in flooders:
+            t.start()
+        latencies: list[float] = []
+        end = time.perf_counter() + seconds
+        time.sleep(0.5)  # the flood is on
+        while time.perf_counter() < end:
+            start = time.perf_counter()
+            if request(server.port, "/items/1/") == 200:
+                latencies.append((time.perf_counter() - start) * 1000)
+            time.sleep(max(0.0, PROBE_EVERY - (time.perf_counter() - start)))
+        stop.set()
+        server.stop()  # the flood's held requests end with it
+        for t in flooders:
+            t.join(15)
+        return latencies, statuses
+    finally:
+        server.stop()
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seconds", type=float, default=8.0, help="flood per run (8)")
+    p.add_argument("--flood", type=int, default=8, help="the client's connections (8)")
+    p.add_argument("--threads", type=int, default=4, help="gunicorn threads (4)")
+    args = p.parse_args()
+    signal.signal(signal.SIGTERM, lambda signum, _: sys.exit(128 + signum))  # run the finally
+    workdir = Path(tempfile.mkdtemp(prefix="bench-blast-delay-"))
+    redis = harness.RedisServer()
+    try:
+        harness.print_machine("gunicorn")
+        redis.start()
+        env = {
+            k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "REDIS_", "DEMO_"))
+        }
+        env.update(
+            DJANGO_SETTINGS_MODULE="bench_blast_settings",
+            PYTHONPATH=os.pathsep.join([str(workdir), str(REPO)]),
+            REDIS_URL=redis.url,
+        )
+        settings = workdir / "bench_blast_settings.py"
+        settings.write_text(SETTINGS.format(db=str(workdir / "db.sqlite3"), throttle={}))
+        for command in (["migrate", "--noinput"], ["shell", "-c", RULES]):
+            subprocess.run(
+                [sys.executable, "manage.py", *command],
+                cwd=REPO,
+                env=env,
+                check=True,
+                capture_output=True,
+                timeout=120,
+            )
+        rows = []
+        for name, throttle, path in RUNS:
+            settings.write_text(SETTINGS.format(db=str(workdir / "db.sqlite3"), throttle=throttle))
+            with Redis.from_url(redis.url) as client:
+                for key in client.keys("thr:*{*}"):  # the bucket starts empty
+                    client.delete(key)
+            latencies, statuses = run_once(
+                workdir, env, args.threads, args.flood, args.seconds, path
+            )
+            rows.append(
+                (
+                    name,
+                    len(latencies),
+                    f"{statistics.median(latencies):.1f}",
+                    f"{max(latencies):.1f}",
+                    statuses[200],
+                    statuses[429],
+                    sum(n for s, n in statuses.items() if s not in (200, 429)),
+                )
+            )
+        print(
+            f"\n## One client flooding a delay rule ({args.flood} connections, {args.seconds:g} s), "
+            f"gunicorn 1 x {args.threads} gthread; probe: /items/1/ (no rule) every "
+            f"{PROBE_EVERY * 1000:g} ms\n"
+        )
+        harness.table(
+            (
+                "settings",
+                "probes",
+                "probe median ms",
+                "probe max ms",
+                "flood 200",
+                "flood 429",
+                "other",
+            ),
+            rows,
+        )
+        return 0
+    finally:
+        redis.close()
+        with contextlib.suppress(OSError):
+            shutil.rmtree(workdir)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
