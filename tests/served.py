@@ -4,7 +4,8 @@
 The server reads its rules from the test's own database (THROTTLE_TEST_DATABASE: the
 connection settings as JSON; the test must use ``django_db(transaction=True)`` so its rules
 are committed) and Redis from REDIS_URL, with ThrottleMiddleware installed after
-AuthenticationMiddleware and THROTTLE_TEST_SETTINGS (JSON) merged into DJANGO_THROTTLE.
+AuthenticationMiddleware (unless THROTTLE_TEST_MIDDLEWARE is empty) and THROTTLE_TEST_SETTINGS
+(JSON) merged into DJANGO_THROTTLE.
 """
 
 from __future__ import annotations
@@ -34,16 +35,21 @@ def free_port() -> int:
 
 @contextmanager
 def serving(
-    server: Sequence[str], database: dict[str, Any], throttle: dict[str, Any] | None = None
+    server: Sequence[str],
+    database: dict[str, Any],
+    throttle: dict[str, Any] | None = None,
+    middleware: bool = True,
 ) -> Iterator[int]:
     """Run ``server`` (its command line after ``python -m``, with ``{port}`` in it) until the
-    block ends; yields the port once the server answers."""
+    block ends; yields the port once the server answers. ``middleware=False``: without
+    ThrottleMiddleware (decorated views only)."""
     port = free_port()
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "tests.settings",
         "THROTTLE_TEST_DATABASE": json.dumps({k: database.get(k, "") for k in DATABASE_KEYS}),
         "THROTTLE_TEST_SETTINGS": json.dumps(throttle or {}),
+        "THROTTLE_TEST_MIDDLEWARE": "1" if middleware else "",
     }
     assert env["REDIS_URL"]  # the harness's server, shared with the test
     args = [sys.executable, "-m", *(a.format(port=port) for a in server)]
@@ -88,10 +94,11 @@ def _configure() -> None:
 
     database = json.loads(os.environ["THROTTLE_TEST_DATABASE"])
     settings.DATABASES["default"] = {k: v for k, v in database.items() if v}
-    middleware = list(settings.MIDDLEWARE)
-    auth = middleware.index("django.contrib.auth.middleware.AuthenticationMiddleware")
-    middleware.insert(auth + 1, "django_throttle.middleware.ThrottleMiddleware")
-    settings.MIDDLEWARE = middleware
+    if os.environ.get("THROTTLE_TEST_MIDDLEWARE"):
+        middleware = list(settings.MIDDLEWARE)
+        auth = middleware.index("django.contrib.auth.middleware.AuthenticationMiddleware")
+        middleware.insert(auth + 1, "django_throttle.middleware.ThrottleMiddleware")
+        settings.MIDDLEWARE = middleware
     extra = json.loads(os.environ.get("THROTTLE_TEST_SETTINGS") or "{}")
     settings.DJANGO_THROTTLE = {**settings.DJANGO_THROTTLE, **extra}
 

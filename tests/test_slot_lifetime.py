@@ -22,25 +22,30 @@ pytest.importorskip("uvicorn")
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 UVICORN = ["uvicorn", "tests.served:asgi", "--port", "{port}", "--log-level", "warning"]
-REQUEST = b"GET /inflight/slow/ HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 
 
-def hang_up_after_sending(port: int) -> None:
+def hang_up_after_sending(port: int, path: str) -> None:
     """A client that sends its request, gives the server time to start the view, and leaves."""
     with socket.create_connection(("127.0.0.1", port)) as sock:
-        sock.sendall(REQUEST)
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
         time.sleep(0.2)
 
 
+@pytest.mark.parametrize(
+    ("path", "middleware"),
+    [("/inflight/slow/", True), ("/slow/decorated/", False)],
+    ids=["middleware", "decorator-only"],
+)
 def test_a_sync_view_keeps_its_slot_until_it_returns_though_its_client_hung_up(
-    redis_client: Any,
+    redis_client: Any, path: str, middleware: bool
 ) -> None:
-    rule("in flight", "/inflight/", 3, algorithm="concurrency", unit="minute")
-    with serving(UVICORN, dict(connection.settings_dict)) as port:
+    scope = "/inflight/" if middleware else "slow-view"
+    rule("in flight", scope, 3, algorithm="concurrency", unit="minute")
+    with serving(UVICORN, dict(connection.settings_dict), middleware=middleware) as port:
         # Ten clients in a row within one view's run time (2 s): while three views run,
         # every slot is taken, whether their clients are still there or not.
         for _ in range(10):
-            hang_up_after_sending(port)
+            hang_up_after_sending(port, path)
         wait_until(lambda: int(redis_client.get("views:running") or 0) == 0, within=30)
         seen = [int(n) for n in redis_client.lrange("views:seen", 0, -1)]
         assert len(seen) >= 3  # the limit was reached
@@ -48,6 +53,6 @@ def test_a_sync_view_keeps_its_slot_until_it_returns_though_its_client_hung_up(
 
         # Each slot ended with its view: a client that waits is served.
         client = HTTPConnection("127.0.0.1", port, timeout=10 * views.SLOW_SECONDS)
-        client.request("GET", "/inflight/slow/")
+        client.request("GET", path)
         assert client.getresponse().status == 200
         client.close()

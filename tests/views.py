@@ -157,6 +157,12 @@ def inflight_slow(request):
     return HttpResponse("done")
 
 
+@throttle("slow-view")
+def slow_decorated(request):
+    """inflight_slow, throttled by its decorator alone (a server without the middleware)."""
+    return inflight_slow(request)
+
+
 def delayed(request):
     """When the store admitted this request (its clock) and how long it was held."""
     from django_throttle.engine import state_of

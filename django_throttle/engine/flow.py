@@ -8,13 +8,14 @@ import asyncio
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Iterable, Sequence
 from contextvars import ContextVar
 from dataclasses import replace
 from functools import partial
 from typing import Any
 
-from asgiref.sync import sync_to_async
+from asgiref.sync import SyncToAsync, sync_to_async
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpResponse, HttpResponseBase
 
@@ -509,10 +510,29 @@ async def arelease_after_threads(request: Any) -> None:
     await asyncio.shield(sync_to_async(release_leases, thread_sensitive=True)(request))
 
 
-# The requests of the current handler call that hold leases. request_started puts a new
-# list in the handler's context (the request's thread under WSGI; under ASGI the handler's
-# task, whose request task shares the list), request_finished ends what is in it.
+# The requests of the current handler call that hold leases. Under WSGI, request_started
+# puts a new list in the handler's context (the request's thread) and request_finished ends
+# what is in it. Under ASGI both signals' receivers run in tasks of their own (Signal.asend),
+# so what they set never reaches the request; there the list is keyed by the request's
+# ThreadSensitiveContext, which ASGIHandler enters around the request and which every task
+# and thread of the request (its sync view, the signals' receivers) inherits.
 _holding: ContextVar[list[Any] | None] = ContextVar("django_throttle_holding", default=None)
+_asgi_holding: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
+_asgi_lock = threading.Lock()
+
+
+def _handler_holding(end: bool = False) -> list[Any] | None:
+    """The list of the current handler call (``end``: taken away, the call is over)."""
+    holding = _holding.get()
+    if holding is not None:
+        return holding
+    handler = SyncToAsync.thread_sensitive_context.get(None)
+    if handler is None:
+        return None
+    with _asgi_lock:
+        if end:
+            return _asgi_holding.pop(handler, None)
+        return _asgi_holding.setdefault(handler, [])
 
 
 def request_started(**kwargs: Any) -> None:
@@ -520,10 +540,11 @@ def request_started(**kwargs: Any) -> None:
 
 
 def request_finished(**kwargs: Any) -> None:
-    """The final response is closed: end the leases of the request, also when an outer
-    middleware answered with a response of its own (a 304, a redirect), which the server
-    closes instead of ours."""
-    holding = _holding.get()
+    """The final response is closed, or an ASGI request ended without one (its client left;
+    the receivers run after its sync view has returned, on the request's thread): end the
+    leases of the request, also when an outer middleware answered with a response of its own
+    (a 304, a redirect), which the server closes instead of ours."""
+    holding = _handler_holding(end=True)
     if holding:
         requests, holding[:] = list(holding), []
         for request in requests:
@@ -540,7 +561,7 @@ def finish(request: Any, response: Any) -> Any:
         # Django calls these from response.close(), which every server calls when the
         # response is done (WSGI's close(), and ASGIHandler after the last body chunk).
         response._resource_closers.append(partial(release_leases, request))  # type: ignore[attr-defined]
-        holding = _holding.get()
+        holding = _handler_holding()
         if holding is not None:
             holding.append(request)
     decision = state.for_headers()
