@@ -1,6 +1,6 @@
 """A concurrency slot ends when the work ends: under a real ASGI server (uvicorn), a client
 that hangs up while its sync view runs does not get its slot back before the view returns
-(the view goes on running in its thread)."""
+(the view goes on running in its thread), and gets it back then."""
 
 from __future__ import annotations
 
@@ -10,12 +10,13 @@ from http.client import HTTPConnection
 from typing import Any
 
 import pytest
+from django.core.handlers.asgi import ASGIHandler
 from django.db import connection
 
 from tests import views
-from tests.helpers import rule
+from tests.helpers import rule, run
 from tests.served import serving
-from tests.traffic import wait_until
+from tests.traffic import asgi_get, database_kept_open, wait_until
 
 pytest.importorskip("uvicorn")
 
@@ -56,3 +57,22 @@ def test_a_sync_view_keeps_its_slot_until_it_returns_though_its_client_hung_up(
         client.request("GET", path)
         assert client.getresponse().status == 200
         client.close()
+
+
+@pytest.mark.usefixtures("throttle_middleware")
+def test_asgi_a_response_replaced_by_an_outer_middleware_still_releases(
+    settings: Any, redis_client: Any
+) -> None:
+    """Under ASGI too: ConditionalGetMiddleware answers 304 instead of the view's response,
+    which is then never closed; the slot ends with the request all the same."""
+    settings.MIDDLEWARE = ["django.middleware.http.ConditionalGetMiddleware", *settings.MIDDLEWARE]
+    rule("in flight", "/inflight/", 1, algorithm="concurrency")
+
+    async def body() -> list[Any]:
+        with database_kept_open():
+            app = ASGIHandler()
+            etag = [(b"if-none-match", b'"v1"')]
+            return [(await asgi_get(app, "/inflight/etag/", headers=etag))[0] for _ in range(3)]
+
+    assert run(body) == [304, 304, 304]
+    assert not any(redis_client.zcard(key) for key in redis_client.keys("thr:*n:{*"))

@@ -44,7 +44,9 @@ def database_kept_open() -> Iterator[None]:
             signal.connect(close_old_connections)
 
 
-def _scope(path: str, client_ip: str) -> dict[str, Any]:
+def _scope(
+    path: str, client_ip: str, headers: Sequence[tuple[bytes, bytes]] = ()
+) -> dict[str, Any]:
     return {
         "type": "http",
         "asgi": {"version": "3.0"},
@@ -55,7 +57,7 @@ def _scope(path: str, client_ip: str) -> dict[str, Any]:
         "raw_path": path.encode(),
         "query_string": b"",
         "root_path": "",
-        "headers": [(b"host", b"testserver")],
+        "headers": [(b"host", b"testserver"), *headers],
         "client": (client_ip, 40000),
         "server": ("testserver", 80),
     }
@@ -66,6 +68,7 @@ async def asgi_get(
     path: str,
     disconnect_after: float | None = None,
     client_ip: str = "127.0.0.1",
+    headers: Sequence[tuple[bytes, bytes]] = (),
 ) -> tuple[int | None, str | None]:
     """One GET through Django's ASGI handler: (status, Retry-After). With ``disconnect_after``,
     the client disconnects after that many seconds and Django cancels the request's task."""
@@ -85,7 +88,7 @@ async def asgi_get(
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    await app(_scope(path, client_ip), receive, send)
+    await app(_scope(path, client_ip, headers), receive, send)
     start = next((m for m in sent if m["type"] == "http.response.start"), None)
     if start is None:
         return None, None
