@@ -304,14 +304,21 @@ def enforce(
 ) -> HttpResponse | None:
     """The rejection response, or None once the request may go on (after holding it, for a
     delay rule)."""
-    decision = evaluate(request, specs, paths=paths, url_name=url_name)
+    # A wait in a thread of a WSGI server holds one of its few threads; under ASGI (a sync
+    # view's thread is the request's own) it holds nothing shared.
+    in_thread = not isinstance(request, ASGIRequest)
+    gathered = gather(request, specs, paths=paths, url_name=url_name)
+    decision = gathered.early
+    if decision is None and in_thread and delays.clients:
+        decision = delays.turned_away_before(gathered.checks)
+    if decision is None:
+        decision = decide(gathered.checks, False, gathered.blocked)
+    decision = settle(request, gathered, decision)
     if not decision.allowed:
         return rejected(request, decision)
     wait = delay_of(decision)
     if wait:
-        # A wait in a thread of a WSGI server holds one of its few threads; under ASGI
-        # (a sync view's thread is the request's own) it holds nothing shared.
-        held = Held(decision, in_thread=not isinstance(request, ASGIRequest))
+        held = Held(decision, wait, in_thread)
         if not delays.enter(held):
             give_back(taken(forget_taken(request, decision)))
             turned = turned_away(decision, wait)
@@ -337,7 +344,7 @@ async def aenforce(
         return rejected(request, decision)
     wait = delay_of(decision)
     if wait:
-        held = Held(decision, in_thread=False)  # an await holds no thread
+        held = Held(decision, wait, in_thread=False)  # an await holds no thread
         if not delays.enter(held):
             await agive_back(taken(forget_taken(request, decision)))
             turned = turned_away(decision, wait)
@@ -387,16 +394,17 @@ serving = Serving()
 
 
 class Held:
-    """A request held for a delay rule: whether it holds a server's thread, and the clients
-    (rule, key) whose turn it waits for."""
+    """A request held for a delay rule: how long, whether it holds a server's thread, and the
+    result of each client (rule, key) whose turn it waits for."""
 
-    __slots__ = ("clients", "counted", "in_thread")
+    __slots__ = ("clients", "counted", "in_thread", "wait")
 
-    def __init__(self, decision: Decision, in_thread: bool) -> None:
+    def __init__(self, decision: Decision, wait: float, in_thread: bool) -> None:
+        self.wait = wait
         self.in_thread = in_thread
         self.counted = False  # among its clients' held requests (MAX_DELAYED_PER_CLIENT)
         self.clients = [
-            (r.rule.state_prefix, r.identity)
+            ((r.rule.state_prefix, r.identity), r)
             for r in decision.results
             if r.delay > 0 and r.rule.action == _DELAY
         ]
@@ -413,7 +421,10 @@ class Delays:
         self._lock = threading.Lock()
         self.held = 0
         self.in_threads = 0
+        # Per client of a rule held in threads: how many, and when the last one entered
+        # (monotonic), wakes, and its result.
         self.clients: dict[tuple[str, str], int] = {}
+        self.waking: dict[tuple[str, str], tuple[float, float, Result]] = {}
 
     def enter(self, held: Held) -> bool:
         cap = conf.MAX_DELAYED
@@ -427,10 +438,12 @@ class Delays:
             elif self.held >= int(cap):
                 return False
             if held.in_thread and per_client is not None:
-                if any(self.clients.get(c, 0) >= per_client for c in held.clients):
+                if any(self.clients.get(c, 0) >= per_client for c, _ in held.clients):
                     return False
-                for client in held.clients:
+                now = time.monotonic()
+                for client, result in held.clients:
                     self.clients[client] = self.clients.get(client, 0) + 1
+                    self.waking[client] = (now, now + held.wait, result)
                 held.counted = True
             self.held += 1
             if held.in_thread:
@@ -443,12 +456,48 @@ class Delays:
             if held.in_thread:
                 self.in_threads -= 1
             if held.counted:
-                for client in held.clients:
+                for client, _ in held.clients:
                     left = self.clients[client] - 1
                     if left:
                         self.clients[client] = left
                     else:
                         del self.clients[client]
+                        self.waking.pop(client, None)
+
+    def turned_away_before(self, checks: Sequence[Check]) -> Decision | None:
+        """The 429 of a request whose client has MAX_DELAYED_PER_CLIENT requests held in
+        threads for one of these delay rules, known without a store call: the bucket holds
+        theirs until they wake, so this one would wait too, and be turned away."""
+        per_client = conf.MAX_DELAYED_PER_CLIENT
+        if per_client is None:
+            return None
+        for check in checks:
+            rule = check.rule
+            if rule.action != _DELAY:
+                continue
+            client = (rule.state_prefix, check.identity)
+            waking = self.waking.get(client)  # one C call: no lock needed to read
+            if waking is None or self.clients.get(client, 0) < per_client:
+                continue
+            entered, wakes, seen = waking
+            now = time.monotonic()
+            # Its turn comes one interval after the last held one's.
+            retry_after = max(0.0, wakes - now) + rule.period / rule.limit
+            at = seen.at + round((now - entered) * 1_000_000) if seen.at else 0
+            result = Result(
+                rule=rule,
+                identity=check.identity,
+                allowed=False,
+                limit=seen.limit,
+                remaining=seen.remaining,
+                reset_at=seen.reset_at,
+                retry_after=retry_after,
+                delay=0.0,
+                at=at,
+                cost=check.cost,
+            )
+            return from_results([result])
+        return None
 
 
 delays = Delays()
