@@ -75,7 +75,7 @@ local code = argv[a]
 local key, ok, rem_now, rem_after, reset_after, wait, blocked
 local value, px, period, cost, floor_s, trim
 -- The sliding log's reads: at most STEP entries each, BATCHES reads of dead entries a call.
-local STEP, BATCHES = 100, 10
+local STEP, BATCHES = 100, 5
 local reply, pend, blocks  -- several checks only; blocks: only when one starts
 
 while code do
@@ -301,46 +301,55 @@ while code do
       end
       newest = call('ZRANGE', key, -1, -1, 'WITHSCORES')[2] + 0
     end
-    local seen  -- the oldest live entries, read once if needed (member, score, ...)
-    local lo = 0  -- extra units the entries in seen hold
+    -- A member's units: 1, or what follows its "x" (past its 16-digit microsecond).
+    local find, sub = string.find, string.sub
+    local seen  -- the oldest STEP live entries (member, score, ...), read at most once
+    local lo = 0  -- the extra units of the entries in seen
+    local tally = extra  -- what "#" holds once the dead entries read are taken off it
     if extra > 0 and dead > 0 then
       -- Costly entries that expired give their extra units back: the oldest dead
-      -- entries are read, STEP at a time, and removed, until none is left, the tally
-      -- is spent or BATCHES batches are done. This housekeeping changes nothing a
-      -- decision can see, so it is done even when nothing else is.
+      -- entries are read, STEP at a time, and removed. While some are left unread, the
+      -- tally may still hold their units: the live entries' share of it is between what
+      -- the oldest STEP of them hold (exactly that, when there are no more) and all of
+      -- it. A batch is read on each call; more, up to BATCHES, only while the request
+      -- fits one end and not the other. This housekeeping changes nothing a decision
+      -- can see, so it is done even when nothing else is.
       local batches = 0
       repeat
         local n = dead < STEP and dead or STEP
         local batch = call('ZRANGE', key, t, t + n - 1)
         for j = 1, n do
-          local c = string.match(batch[j], 'x(%d+)$')
-          if c then extra = extra - (c - 1) end
+          local m = batch[j]
+          local c = find(m, 'x', 17, true)
+          if c then tally = tally - (sub(m, c + 1) - 1) end
         end
         call('ZREMRANGEBYRANK', key, t, t + n - 1)
         dead, batches = dead - n, batches + 1
-      until dead == 0 or extra <= 0 or batches == BATCHES
-      if extra > 0 then
-        call('ZADD', key, -extra, '#')
+        if dead == 0 or tally <= 0 or live == 0 then break end
+        if not seen then
+          seen = call('ZRANGE', key, t + dead, t + dead + STEP - 1, 'WITHSCORES')
+          for j = 1, #seen, 2 do
+            local m = seen[j]
+            local c = find(m, 'x', 17, true)
+            if c then lo = lo + sub(m, c + 1) - 1 end
+          end
+        end
+        if live <= STEP or live + lo + cost > limit or live + tally + cost <= limit then
+          break
+        end
+      until batches == BATCHES
+      if tally > 0 then
+        call('ZADD', key, -tally, '#')
       else
-        extra, t = 0, 0
+        tally, t = 0, 0
         call('ZREM', key, '#')
       end
+      extra = tally
+      -- With a backlog left: all live entries read, or the upper end (the safe side:
+      -- a request is admitted only if it fits there; later calls read on).
+      if dead > 0 and live <= STEP then extra = lo end
     end
-    -- The live units: exact, unless dead entries are left unread while the tally holds
-    -- units; then the tally's share of live entries is between what the oldest STEP
-    -- of them hold (all of them, when there are no more: exact again) and the whole
-    -- tally, and count is the upper end: a request is admitted only if it fits even
-    -- there (between the two ends it is rejected, the safe side, until later calls
-    -- have read the backlog: they read BATCHES * STEP of it each).
     if live == 0 then extra = 0 end
-    if extra > 0 and dead > 0 then
-      seen = call('ZRANGE', key, t + dead, t + dead + STEP - 1, 'WITHSCORES')
-      for j = 1, #seen, 2 do
-        local c = string.match(seen[j], 'x(%d+)$')
-        if c then lo = lo + c - 1 end
-      end
-      if live <= STEP then extra = lo end
-    end
     local count = live + extra
     rem_now = limit - count
     if rem_now < 0 then rem_now = 0 end
@@ -370,7 +379,7 @@ while code do
       px = (e - e % 1000) / 1000
       if px * 1000 < e then px = px + 1 end
       -- Dead entries left are trimmed at commit when none of them can be costly.
-      trim = extra == 0 and dead or 0
+      trim = tally == 0 and dead or 0
     else
       reset_after = 0
       if live > 0 then reset_after = newest + period - now end
@@ -387,7 +396,9 @@ while code do
             seen = call('ZRANGE', key, first, first + STEP - 1, 'WITHSCORES')
           end
           for j = 1, #seen, 2 do
-            need = need - (string.match(seen[j], 'x(%d+)$') or 1)
+            local m = seen[j]
+            local c = find(m, 'x', 17, true)
+            need = need - (c and sub(m, c + 1) or 1)
             if need <= 0 then
               wait = seen[j + 1] + period - now
               break
