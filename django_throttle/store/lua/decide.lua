@@ -304,16 +304,16 @@ while code do
     -- A member's units: 1, or what follows its "x" (past its 16-digit microsecond).
     local find, sub = string.find, string.sub
     local seen  -- the oldest STEP live entries (member, score, ...), read at most once
-    local lo = 0  -- the extra units of the entries in seen
     local tally = extra  -- what "#" holds once the dead entries read are taken off it
     if extra > 0 and dead > 0 then
       -- Costly entries that expired give their extra units back: the oldest dead
-      -- entries are read, STEP at a time, and removed. While some are left unread, the
-      -- tally may still hold their units: the live entries' share of it is between what
-      -- the oldest STEP of them hold (exactly that, when there are no more) and all of
-      -- it. A batch is read on each call; more, up to BATCHES, only while the request
-      -- fits one end and not the other. This housekeeping changes nothing a decision
-      -- can see, so it is done even when nothing else is.
+      -- entries are read, STEP at a time, and removed, up to BATCHES batches a call.
+      -- While some are left unread, the tally may still hold their units: the live
+      -- entries' share of it is then exact only when they are read too (STEP of them
+      -- at most, so after one batch); otherwise it is at most the whole tally, the
+      -- count used (the safe side: a request is admitted only if it fits there; later
+      -- calls read on). This housekeeping changes nothing a decision can see, so it
+      -- is done even when nothing else is.
       local batches = 0
       repeat
         local n = dead < STEP and dead or STEP
@@ -325,19 +325,7 @@ while code do
         end
         call('ZREMRANGEBYRANK', key, t, t + n - 1)
         dead, batches = dead - n, batches + 1
-        if dead == 0 or tally <= 0 or live == 0 then break end
-        if not seen then
-          seen = call('ZRANGE', key, t + dead, t + dead + STEP - 1, 'WITHSCORES')
-          for j = 1, #seen, 2 do
-            local m = seen[j]
-            local c = find(m, 'x', 17, true)
-            if c then lo = lo + sub(m, c + 1) - 1 end
-          end
-        end
-        if live <= STEP or live + lo + cost > limit or live + tally + cost <= limit then
-          break
-        end
-      until batches == BATCHES
+      until dead == 0 or tally <= 0 or live <= STEP or batches == BATCHES
       if tally > 0 then
         call('ZADD', key, -tally, '#')
       else
@@ -345,9 +333,15 @@ while code do
         call('ZREM', key, '#')
       end
       extra = tally
-      -- With a backlog left: all live entries read, or the upper end (the safe side:
-      -- a request is admitted only if it fits there; later calls read on).
-      if dead > 0 and live <= STEP then extra = lo end
+      if dead > 0 and tally > 0 and live > 0 and live <= STEP then
+        seen = call('ZRANGE', key, t + dead, -1, 'WITHSCORES')
+        extra = 0
+        for j = 1, #seen, 2 do
+          local m = seen[j]
+          local c = find(m, 'x', 17, true)
+          if c then extra = extra + sub(m, c + 1) - 1 end
+        end
+      end
     end
     if live == 0 then extra = 0 end
     local count = live + extra
