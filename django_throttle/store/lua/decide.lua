@@ -73,7 +73,7 @@ local code = argv[a]
 -- The current check; after the loop, the only one when there is one: its reply is
 -- built from these and its write made from them, with no table in between.
 local key, ok, rem_now, rem_after, reset_after, wait, blocked
-local value, px, period, cost, floor_s, trim
+local value, px, period, cost, floor_s, trim, stamp
 -- The sliding log's reads: at most STEP entries each, BATCHES reads of dead entries a call.
 local STEP, BATCHES = 100, 5
 local reply, pend, blocks  -- several checks only; blocks: only when one starts
@@ -289,17 +289,15 @@ while code do
     period = period_s * 1000000
     local floor = now - period
     floor_s = string.format('%d', floor)
-    local t, extra, live, dead, newest = 0, 0, 0, 0, 0  -- t: 1 if "#" is there (rank 0)
-    local head = call('ZRANGE', key, 0, 1, 'WITHSCORES')  -- "#" if any, the oldest entry
-    local oldest = head[2]
-    if oldest then
-      if head[1] == '#' then t, extra, oldest = 1, -oldest, head[4] end
-      live = call('ZCARD', key) - t
-      if oldest and oldest + 0 <= floor then
-        dead = call('ZCOUNT', key, '(0', floor_s)
-        live = live - dead
-      end
-      newest = call('ZRANGE', key, -1, -1, 'WITHSCORES')[2] + 0
+    -- Counts only (integer replies, the cheapest for the script to read): "#" and the
+    -- dead entries are the members up to floor, the live ones the rest.
+    local t, extra, dead = 0, 0, 0  -- t: 1 if "#" is there (rank 0)
+    local n = call('ZCOUNT', key, '-inf', floor_s)
+    local live = call('ZCARD', key) - n
+    if n > 0 then
+      local units = call('ZSCORE', key, '#')
+      if units then t, extra = 1, -units end
+      dead = n - t
     end
     -- A member's units: 1, or what follows its "x" (past its 16-digit microsecond).
     local find, sub = string.find, string.sub
@@ -353,9 +351,14 @@ while code do
       -- does. Members stay distinct with a sequence number after the entries already
       -- logged at this microsecond (counted here, not at commit, so the same key twice
       -- in one call is logged once, as other algorithms write once).
-      local stamp = string.format('%d', now)
-      local seq = 0
-      if newest >= now then seq = call('ZCOUNT', key, stamp, stamp) end
+      if not stamp then stamp = string.format('%d', now) end
+      local seq, e = 0, period
+      if live > 0 and call('ZCOUNT', key, stamp, '+inf') > 0 then
+        -- The server's clock stepped back: entries at or after now. The key lives until
+        -- its newest entry leaves the period.
+        seq = call('ZCOUNT', key, stamp, stamp)
+        e = call('ZRANGE', key, -1, -1, 'WITHSCORES')[2] - now + period
+      end
       -- One integer of 19 digits, which Redis stores in 8 bytes (a string would cost
       -- ~20); past 999 entries in one microsecond, a string keeps it unique.
       if seq == 0 then
@@ -366,17 +369,15 @@ while code do
         value = stamp .. ':' .. seq
       end
       if cost > 1 then value = value .. 'x' .. cost end
-      -- The key lives until its newest entry leaves the period: this one, unless the
-      -- server's clock stepped back.
-      local e = period
-      if newest > now then e = newest - now + period end
       px = (e - e % 1000) / 1000
       if px * 1000 < e then px = px + 1 end
       -- Dead entries left are trimmed at commit when none of them can be costly.
       trim = tally == 0 and dead or 0
     else
       reset_after = 0
-      if live > 0 then reset_after = newest + period - now end
+      if live > 0 then
+        reset_after = call('ZRANGE', key, -1, -1, 'WITHSCORES')[2] + period - now
+      end
       wait = period
       if cost <= limit then
         -- The request fits once the (count + cost - limit) oldest live units expire.
@@ -490,7 +491,7 @@ if admitted and not dry then
         if reply then trim = period end
         -- ZADD before any other write: Redis lets a script that has written go on past
         -- maxmemory, and ZREMRANGEBYSCORE is a write that OOM does not refuse.
-        call('ZADD', key, string.format('%d', now), value)
+        call('ZADD', key, stamp, value)
         if cost > 1 then call('ZINCRBY', key, 1 - cost, '#') end
         if trim > 0 then
           -- Dead entries of no costly request: STEP + 1 at most (and any logged in the
