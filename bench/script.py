@@ -137,16 +137,19 @@ return 1
 
 # Sliding window log and concurrency (one entry, cost 1, nothing expired): TIME, ZCOUNT up to
 # the trailing period (the tally member "#" of the extra units of costly entries and the dead
-# entries: none), ZCARD (the live entries), ZCOUNT from now (none at or after this microsecond:
-# the sequence number is 0 and the newest entry is this one), ZADD, PEXPIRE (until it leaves
-# the period). ARGV: period (µs).
+# entries: none), ZCOUNT after it (the live entries), ZCOUNT from now (none at or after this
+# microsecond: the sequence number is 0 and the newest entry is this one), ZADD, PEXPIRE (until
+# it leaves the period). ARGV: period (µs).
 LOG = """
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
 local key = KEYS[1]
 local stamp = string.format('%d', now)
-redis.call('ZCOUNT', key, '-inf', string.format('%d', now - ARGV[1]))
-if redis.call('ZCARD', key) > 0 then redis.call('ZCOUNT', key, stamp, '+inf') end
+local floor = string.format('%d', now - ARGV[1])
+redis.call('ZCOUNT', key, '-inf', floor)
+if redis.call('ZCOUNT', key, '(' .. floor, '+inf') > 0 then
+  redis.call('ZCOUNT', key, stamp, '+inf')
+end
 redis.call('ZADD', key, stamp, stamp .. '000')
 redis.call('PEXPIRE', key, math.ceil(ARGV[1] / 1000))
 return 1

@@ -290,10 +290,10 @@ while code do
     local floor = now - period
     floor_s = string.format('%d', floor)
     -- Counts only (integer replies, the cheapest for the script to read): "#" and the
-    -- dead entries are the members up to floor, the live ones the rest.
+    -- dead entries are the members up to floor, the live ones those after it.
     local t, extra, dead = 0, 0, 0  -- t: 1 if "#" is there (rank 0)
     local n = call('ZCOUNT', key, '-inf', floor_s)
-    local live = call('ZCARD', key) - n
+    local live = call('ZCOUNT', key, '(' .. floor_s, '+inf')
     if n > 0 then
       local units = call('ZSCORE', key, '#')
       if units then t, extra = 1, -units end
@@ -321,7 +321,7 @@ while code do
           local c = find(m, 'x', 17, true)
           if c then tally = tally - (sub(m, c + 1) - 1) end
         end
-        call('ZREMRANGEBYRANK', key, t, t + n - 1)
+        call('ZREM', key, unpack(batch))  -- the commands of docs/deploying.md's ACL
         dead, batches = dead - n, batches + 1
       until dead == 0 or tally <= 0 or live <= STEP or batches == BATCHES
       if tally > 0 then
