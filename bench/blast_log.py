@@ -7,11 +7,13 @@ Run from the repository root. One run starts its own redis-server (pinned with `
 written straight into Redis in decide.lua's state format (pipelined ZADDs of 10,000 members:
 no round trip per entry), then decide.lua is called with the package's KEYS and ARGV:
 
-- rejected, cost M/2: M - 1 live entries of one unit and the newest of the units left to the
-  limit; a request of M / 2 units needs about half of the log to expire (its Retry-After);
+- rejected, cost M - 1: M - 1 live entries of one unit and the newest of the units left to the
+  limit; a request of M - 1 units needs every entry but the newest to expire (its
+  Retry-After: the log's whole length walked, before the bound);
 - admitted, cost 1: the same log with 1,000 units to spare;
 - admitted, M dead: M expired entries, every tenth of 5 units (their extra units still in the
-  tally), and 10 live ones; the first call after they expired, which gives their units back.
+  tally), and 1,000 live ones; the first call after they expired, which gives their units
+  back (at most BATCHES x STEP of them a call: the most a decision reads).
 
 The time is the server's: ``INFO commandstats`` (``cmdstat_evalsha`` usec / calls), reset with
 ``CONFIG RESETSTAT`` before each case; a case repeats its call (the first two write nothing
@@ -67,11 +69,11 @@ def live_log(client: Any, m: int, spare: int) -> list[tuple[int, int]]:
 
 
 def dead_log(client: Any, m: int) -> list[tuple[int, int]]:
-    """M entries that expired a moment ago (every tenth of 5 units), 10 live ones."""
+    """M entries that expired a moment ago (every tenth of 5 units), 1,000 live ones."""
     now = server_now(client)
     step = 3600 * US // m
     dead = [(now - (DAY + 3600) * US + i * step, 5 if i % 10 == 0 else 1) for i in range(m)]
-    return dead + [(now - 60 * US + i, 1) for i in range(10)]
+    return dead + [(now - 60 * US + i, 1) for i in range(1000)]
 
 
 def timed(client: Any, sha: str, keys: list[str], args: list[Any], once: bool) -> tuple[float, Any]:
@@ -121,7 +123,7 @@ def main() -> int:
         rows = []
         for m in sizes:
             cases = [
-                (f"rejected, cost {m // 2:,}", lambda m=m: live_log(client, m, 0), m // 2, False),
+                (f"rejected, cost {m - 1:,}", lambda m=m: live_log(client, m, 0), m - 1, False),
                 ("admitted, cost 1", lambda m=m: live_log(client, m, 1000), 1, False),
                 (f"admitted, {m:,} dead", lambda m=m: dead_log(client, m), 1, True),
             ]

@@ -301,7 +301,7 @@ while code do
     end
     -- A member's units: 1, or what follows its "x" (past its 16-digit microsecond).
     local find, sub = string.find, string.sub
-    local seen  -- the oldest STEP live entries (member, score, ...), read at most once
+    local seen  -- the oldest STEP live entries' members, read at most once
     local tally = extra  -- what "#" holds once the dead entries read are taken off it
     if extra > 0 and dead > 0 then
       -- Costly entries that expired give their extra units back: the oldest dead
@@ -332,9 +332,9 @@ while code do
       end
       extra = tally
       if dead > 0 and tally > 0 and live > 0 and live <= STEP then
-        seen = call('ZRANGE', key, t + dead, -1, 'WITHSCORES')
+        seen = call('ZRANGE', key, t + dead, -1)
         extra = 0
-        for j = 1, #seen, 2 do
+        for j = 1, #seen do
           local m = seen[j]
           local c = find(m, 'x', 17, true)
           if c then extra = extra + sub(m, c + 1) - 1 end
@@ -388,14 +388,14 @@ while code do
           rank = first + need - 1  -- one unit per entry
         else
           if not seen then
-            seen = call('ZRANGE', key, first, first + STEP - 1, 'WITHSCORES')
+            seen = call('ZRANGE', key, first, first + STEP - 1)
           end
-          for j = 1, #seen, 2 do
+          for j = 1, #seen do
             local m = seen[j]
             local c = find(m, 'x', 17, true)
             need = need - (c and sub(m, c + 1) or 1)
             if need <= 0 then
-              wait = seen[j + 1] + period - now
+              wait = call('ZSCORE', key, m) + period - now  -- one score, not STEP
               break
             end
           end
@@ -403,7 +403,7 @@ while code do
             -- Past the entries read, every entry is at least one unit: the one need
             -- entries further is late enough (exactly the one, when none of them is
             -- costly), and the newest always is.
-            rank = first + #seen / 2 + need - 1
+            rank = first + #seen + need - 1
             if rank > first + live - 1 then rank = first + live - 1 end
           end
         end
