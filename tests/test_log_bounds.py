@@ -19,7 +19,15 @@ DAY = 86400
 LIMIT = 1_000_000
 STEP = 100  # decide.lua's STEP: entries one read touches at most
 PER_CALL = 5 * STEP  # decide.lua's BATCHES * STEP: dead entries one call reads at most
-NOT_SCRIPT = {"evalsha", "eval", "script|load", "config|resetstat", "info", "hello", "client|setinfo"}
+NOT_SCRIPT = {
+    "evalsha",
+    "eval",
+    "script|load",
+    "config|resetstat",
+    "info",
+    "hello",
+    "client|setinfo",
+}
 
 Entry = tuple[int, int]  # (time in µs, units)
 
@@ -126,8 +134,10 @@ def admitted_among_dead(
     rule = make_rule("sliding_window_log", 20, period=DAY)
     key = state_key(rule, CLIENT)
     now = server_now(client)
-    dead = [(at, 5 if costly and i % 10 == 0 else 1) for i, (at, _) in
-            enumerate(spaced(now - DAY * US - 3600 * US, m))]
+    dead = [
+        (at, 5 if costly and i % 10 == 0 else 1)
+        for i, (at, _) in enumerate(spaced(now - DAY * US - 3600 * US, m))
+    ]
     build(client, key, [*dead, *spaced(now - 60 * US, 10)])
     result, made = decided(client, store, Check(rule, CLIENT, 2))
     left = client.zcount(key, "(0", now - DAY * US)
@@ -211,8 +221,9 @@ def test_retry_after_is_exact_among_the_oldest_entries_and_never_early_past_them
     rule = make_rule("sliding_window_log", 60_000, period=DAY)
     key = state_key(rule, CLIENT)
     now = server_now(redis_client)
-    live = [(at, 3 if i % 10 == 0 else 1) for i, (at, _) in
-            enumerate(spaced(now - 3600 * US, 50_000))]
+    live = [
+        (at, 3 if i % 10 == 0 else 1) for i, (at, _) in enumerate(spaced(now - 3600 * US, 50_000))
+    ]
     build(redis_client, key, live)
     near, near_made = decided(redis_client, store, Check(rule, CLIENT, 100))
     far, far_made = decided(redis_client, store, Check(rule, CLIENT, 30_000))
