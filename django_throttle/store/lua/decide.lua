@@ -281,10 +281,10 @@ while code do
     -- early by a refund.
     --
     -- Whatever the set's size, a decision makes a bounded number of commands, each
-    -- finding its place by rank or score (O(log n)) and touching at most STEP entries:
-    -- the set's order is "#" (negative score), then the dead entries (at most floor),
-    -- then the live ones, so an entry's rank is a count away. At most BATCHES * STEP
-    -- dead entries are read per call (see below).
+    -- finding its place by rank or score (O(log n)) and touching at most STEP + 1
+    -- entries: the set's order is "#" (negative score), then the dead entries (at most
+    -- floor), then the live ones, so an entry's rank is a count away. At most
+    -- BATCHES * STEP dead entries are read per call (see below).
     a = x
     period = period_s * 1000000
     local floor = now - period
