@@ -65,7 +65,7 @@ def live_log(client: Any, m: int, spare: int) -> list[tuple[int, int]]:
     """M - 1 entries of one unit over the last hour, the newest with the limit's units but
     ``spare``."""
     now = server_now(client)
-    step = 3600 * US // m
+    step = 3598 * US // m
     entries = [(now - 3600 * US + i * step, 1) for i in range(m - 1)]
     entries.append((now - US, LIMIT - spare - (m - 1)))
     return entries
