@@ -135,23 +135,23 @@ redis.call('SET', KEYS[1], string.format('%d', d * 1e15 + (cur * b + prev) * m +
 return 1
 """
 
-# Sliding window log and concurrency (one entry, cost 1): TIME, ZSCORE of the tally member "#"
-# (the extra units of costly entries), ZCOUNT of the trailing period, ZCOUNT at now (the
-# member's sequence number), ZADD, ZREMRANGEBYSCORE, ZRANGE -1 -1 WITHSCORES, PEXPIRE (until
-# the newest entry leaves the period). ARGV: period (µs).
+# Sliding window log and concurrency (one entry, cost 1, nothing expired): TIME, ZCOUNT up to
+# the trailing period (the tally member "#" of the extra units of costly entries and the dead
+# entries: none), ZCOUNT after it (the live entries), ZCOUNT from now (none at or after this
+# microsecond: the sequence number is 0 and the newest entry is this one), ZADD, PEXPIRE (until
+# it leaves the period). ARGV: period (µs).
 LOG = """
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
 local key = KEYS[1]
-local floor = string.format('%d', now - ARGV[1])
 local stamp = string.format('%d', now)
-redis.call('ZSCORE', key, '#')
-redis.call('ZCOUNT', key, '(' .. floor, '+inf')
-local seq = redis.call('ZCOUNT', key, stamp, stamp)
-redis.call('ZADD', key, stamp, stamp .. string.format('%03d', seq))
-redis.call('ZREMRANGEBYSCORE', key, '(0', floor)
-local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-redis.call('PEXPIRE', key, math.ceil((newest[2] - now + ARGV[1]) / 1000))
+local floor = string.format('%d', now - ARGV[1])
+redis.call('ZCOUNT', key, '-inf', floor)
+if redis.call('ZCOUNT', key, '(' .. floor, '+inf') > 0 then
+  redis.call('ZCOUNT', key, stamp, '+inf')
+end
+redis.call('ZADD', key, stamp, stamp .. '000')
+redis.call('PEXPIRE', key, math.ceil(ARGV[1] / 1000))
 return 1
 """
 

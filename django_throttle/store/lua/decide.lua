@@ -73,7 +73,9 @@ local code = argv[a]
 -- The current check; after the loop, the only one when there is one: its reply is
 -- built from these and its write made from them, with no table in between.
 local key, ok, rem_now, rem_after, reset_after, wait, blocked
-local value, px, period, cost, floor_s
+local value, px, period, cost, floor_s, trim, stamp
+-- The sliding log's reads: at most STEP entries each, BATCHES reads of dead entries a call.
+local STEP, BATCHES = 100, 5
 local reply, pend, blocks  -- several checks only; blocks: only when one starts
 
 while code do
@@ -277,30 +279,70 @@ while code do
     -- tally member "#" (score minus the extra units of the set), so a costly request
     -- is one entry, not c. Concurrency: the same set, whose entries are leases ended
     -- early by a refund.
+    --
+    -- Whatever the set's size, a decision makes a bounded number of commands, each
+    -- finding its place by rank or score (O(log n)) and touching at most STEP + 1
+    -- entries: the set's order is "#" (negative score), then the dead entries (at most
+    -- floor), then the live ones, so an entry's rank is a count away. At most
+    -- BATCHES * STEP dead entries are read per call (see below).
     a = x
     period = period_s * 1000000
-    floor_s = string.format('%d', now - period)
-    local extra = call('ZSCORE', key, '#')
-    extra = extra and -extra or 0
-    if extra > 0 then
-      -- Costly entries that expired give their extra units back. This housekeeping
-      -- changes nothing a decision can see, so it is done even when nothing else is.
-      local dead = call('ZRANGEBYSCORE', key, '(0', floor_s)
-      if #dead > 0 then
-        for _, m in ipairs(dead) do
-          local c = string.match(m, 'x(%d+)$')
-          if c then extra = extra - (c - 1) end
+    local floor = now - period
+    floor_s = string.format('%d', floor)
+    -- Counts only (integer replies, the cheapest for the script to read): "#" and the
+    -- dead entries are the members up to floor, the live ones those after it.
+    local t, extra, dead = 0, 0, 0  -- t: 1 if "#" is there (rank 0)
+    local n = call('ZCOUNT', key, '-inf', floor_s)
+    local live = call('ZCOUNT', key, '(' .. floor_s, '+inf')
+    if n > 0 then
+      local units = call('ZSCORE', key, '#')
+      if units then t, extra = 1, -units end
+      dead = n - t
+    end
+    -- A member's units: 1, or what follows its "x" (past its 16-digit microsecond).
+    local find, sub = string.find, string.sub
+    local seen  -- the oldest STEP live entries' members, read at most once
+    local tally = extra  -- what "#" holds once the dead entries read are taken off it
+    if extra > 0 and dead > 0 then
+      -- Costly entries that expired give their extra units back: the oldest dead
+      -- entries are read, STEP at a time, and removed, up to BATCHES batches a call.
+      -- While some are left unread, the tally may still hold their units: the live
+      -- entries' share of it is then exact only when they are read too (STEP of them
+      -- at most, so after one batch); otherwise it is at most the whole tally, the
+      -- count used (the safe side: a request is admitted only if it fits there; later
+      -- calls read on). This housekeeping changes nothing a decision can see, so it
+      -- is done even when nothing else is.
+      local batches = 0
+      repeat
+        local n = dead < STEP and dead or STEP
+        local batch = call('ZRANGE', key, t, t + n - 1)
+        for j = 1, n do
+          local m = batch[j]
+          local c = find(m, 'x', 17, true)
+          if c then tally = tally - (sub(m, c + 1) - 1) end
         end
-        call('ZREMRANGEBYSCORE', key, '(0', floor_s)
-        if extra > 0 then
-          call('ZADD', key, -extra, '#')
-        else
-          extra = 0
-          call('ZREM', key, '#')
+        call('ZREM', key, unpack(batch))  -- the commands of docs/deploying.md's ACL
+        dead, batches = dead - n, batches + 1
+      until dead == 0 or tally <= 0 or live <= STEP or batches == BATCHES
+      if tally > 0 then
+        call('ZADD', key, -tally, '#')
+      else
+        tally, t = 0, 0
+        call('ZREM', key, '#')
+      end
+      extra = tally
+      if dead > 0 and tally > 0 and live > 0 and live <= STEP then
+        seen = call('ZRANGE', key, t + dead, -1)
+        extra = 0
+        for j = 1, #seen do
+          local m = seen[j]
+          local c = find(m, 'x', 17, true)
+          if c then extra = extra + sub(m, c + 1) - 1 end
         end
       end
     end
-    local count = call('ZCOUNT', key, '(' .. floor_s, '+inf') + extra
+    if live == 0 then extra = 0 end
+    local count = live + extra
     rem_now = limit - count
     if rem_now < 0 then rem_now = 0 end
     if count + cost <= limit then
@@ -309,37 +351,64 @@ while code do
       -- does. Members stay distinct with a sequence number after the entries already
       -- logged at this microsecond (counted here, not at commit, so the same key twice
       -- in one call is logged once, as other algorithms write once).
-      value = string.format('%d', now)
-      px = call('ZCOUNT', key, value, value)
+      if not stamp then stamp = string.format('%d', now) end
+      local seq, e = 0, period
+      if live > 0 and call('ZCOUNT', key, stamp, '+inf') > 0 then
+        -- The server's clock stepped back: entries at or after now. The key lives until
+        -- its newest entry leaves the period.
+        seq = call('ZCOUNT', key, stamp, stamp)
+        e = call('ZRANGE', key, -1, -1, 'WITHSCORES')[2] - now + period
+      end
+      -- One integer of 19 digits, which Redis stores in 8 bytes (a string would cost
+      -- ~20); past 999 entries in one microsecond, a string keeps it unique.
+      if seq == 0 then
+        value = stamp .. '000'
+      elseif seq < 1000 then
+        value = stamp .. string.format('%03d', seq)
+      else
+        value = stamp .. ':' .. seq
+      end
+      if cost > 1 then value = value .. 'x' .. cost end
+      px = (e - e % 1000) / 1000
+      if px * 1000 < e then px = px + 1 end
+      -- Dead entries left are trimmed at commit when none of them can be costly.
+      trim = tally == 0 and dead or 0
     else
       reset_after = 0
-      if count > 0 then
-        local newest = call('ZRANGE', key, -1, -1, 'WITHSCORES')
-        reset_after = newest[2] + period - now
+      if live > 0 then
+        reset_after = call('ZRANGE', key, -1, -1, 'WITHSCORES')[2] + period - now
       end
       wait = period
       if cost <= limit then
         -- The request fits once the (count + cost - limit) oldest live units expire.
         local need = count + cost - limit
+        local first = t + dead  -- the oldest live entry's rank
+        local rank
         if extra == 0 then
-          local nth = call('ZRANGEBYSCORE', key, '(' .. floor_s, '+inf',
-            'WITHSCORES', 'LIMIT', string.format('%d', need - 1), 1)
-          wait = nth[2] + period - now
+          rank = first + need - 1  -- one unit per entry
         else
-          local offset = 0
-          while need > 0 do
-            local chunk = call('ZRANGEBYSCORE', key, '(' .. floor_s, '+inf',
-              'WITHSCORES', 'LIMIT', offset, 100)
-            if #chunk == 0 then break end
-            for j = 1, #chunk, 2 do
-              need = need - (string.match(chunk[j], 'x(%d+)$') or 1)
-              if need <= 0 then
-                wait = chunk[j + 1] + period - now
-                break
-              end
-            end
-            offset = offset + 100
+          if not seen then
+            seen = call('ZRANGE', key, first, first + STEP - 1)
           end
+          for j = 1, #seen do
+            local m = seen[j]
+            local c = find(m, 'x', 17, true)
+            need = need - (c and sub(m, c + 1) or 1)
+            if need <= 0 then
+              wait = call('ZSCORE', key, m) + period - now  -- one score, not STEP
+              break
+            end
+          end
+          if need > 0 then
+            -- Past the entries read, every entry is at least one unit: the one need
+            -- entries further is late enough (exactly the one, when none of them is
+            -- costly), and the newest always is.
+            rank = first + #seen + need - 1
+            if rank > first + live - 1 then rank = first + live - 1 end
+          end
+        end
+        if rank then
+          wait = call('ZRANGE', key, rank, rank, 'WITHSCORES')[2] + period - now
         end
       end
       -- A lease usually ends long before it expires: ask again soon.
@@ -379,6 +448,8 @@ while code do
   if ok then
     local p = 8 * i - 8
     pend[p + 1], pend[p + 2], pend[p + 3], pend[p + 4] = code, key, value, px
+    -- A log's slot of the period holds its trim: its write needs no period.
+    if code == 'l' or code == 'n' then period = trim end
     pend[p + 5], pend[p + 6], pend[p + 7], pend[p + 8] = rem_after, period, cost, floor_s
   end
   code = nxt
@@ -417,33 +488,24 @@ if admitted and not dry then
     end
     if ok then
       if code == 'l' or code == 'n' then
-        -- ZADD before the trim: Redis lets a script that has written go on past
-        -- maxmemory, and ZREMRANGEBYSCORE is a write that OOM does not refuse. A
-        -- member is the microsecond and a 3-digit sequence: one integer of 19 digits
-        -- that Redis stores in 8 bytes (a string would cost ~20); past 999 entries in
-        -- one microsecond, a string keeps it unique.
-        local member
-        if px == 0 then
-          member = value .. '000'
-        elseif px < 1000 then
-          member = value .. string.format('%03d', px)
-        else
-          member = value .. ':' .. px
+        if reply then trim = period end
+        -- ZADD before any other write: Redis lets a script that has written go on past
+        -- maxmemory, and ZREMRANGEBYSCORE is a write that OOM does not refuse.
+        call('ZADD', key, stamp, value)
+        if cost > 1 then call('ZINCRBY', key, 1 - cost, '#') end
+        if trim > 0 then
+          -- Dead entries of no costly request: STEP + 1 at most (and any logged in the
+          -- same microsecond as the last), by score, so that the same key twice in one
+          -- call never trims a live entry.
+          local bound = floor_s
+          if trim > STEP then
+            local e = call('ZRANGE', key, STEP, STEP, 'WITHSCORES')[2]
+            if e and e + 0 < floor_s + 0 then bound = e end
+          end
+          call('ZREMRANGEBYSCORE', key, '(0', bound)
         end
-        if cost > 1 then
-          call('ZADD', key, value, member .. 'x' .. cost)
-          call('ZINCRBY', key, 1 - cost, '#')
-        else
-          call('ZADD', key, value, member)
-        end
-        call('ZREMRANGEBYSCORE', key, '(0', floor_s)
-        -- The newest entry is now, unless the server's clock stepped back.
-        local newest = call('ZRANGE', key, -1, -1, 'WITHSCORES')
-        local e = newest[2] - now + period
-        local ms = (e - e % 1000) / 1000
-        if ms * 1000 < e then ms = ms + 1 end
-        if ms >= 1e8 then ms = string.format('%d', ms) end
-        call('PEXPIRE', key, ms)
+        if px >= 1e8 then px = string.format('%d', px) end
+        call('PEXPIRE', key, px)
       else
         if px >= 1e8 then px = string.format('%d', px) end
         call('SET', key, value, 'PX', px)

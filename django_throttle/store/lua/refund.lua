@@ -104,36 +104,38 @@ for i = 1, #KEYS do
     -- microsecond: ours came after any already there), or with no decision time from
     -- the newest entries (the same count, a moment younger). A costly entry
     -- ("...x<c>", its extra units in the tally "#") may be given back in part.
-    local members
-    if newest then
-      members = redis.call('ZREVRANGEBYSCORE', key, '+inf', '(0', 'LIMIT', 0, cost)
-    else
-      local stamp = string.format('%d', at)
-      members = redis.call('ZREVRANGEBYSCORE', key, stamp, stamp, 'LIMIT', 0, cost)
-    end
-    local left, extra_back = cost, 0
-    for _, m in ipairs(members) do
-      if left <= 0 then break end
-      local base, c = string.match(m, '^(.-)x(%d+)$')
-      local units = tonumber(c or 1)
-      if units <= left then
-        redis.call('ZREM', key, m)
-        left = left - units
-        extra_back = extra_back + units - 1
-      else
-        local score = redis.call('ZSCORE', key, m)
-        redis.call('ZREM', key, m)
-        local rest = units - left
-        if rest > 1 then base = base .. 'x' .. rest end
-        redis.call('ZADD', key, score, base)
-        extra_back = extra_back + left
-        left = 0
+    -- Read 100 at a time (a costly entry is given back by the first read, however many
+    -- units are asked for), again from the newest once all those read are given back.
+    local hi = newest and '+inf' or string.format('%d', at)
+    local lo = newest and '(0' or hi
+    local left, extra_back, found = cost, 0, false
+    repeat
+      local want = left < 100 and left or 100
+      local members = redis.call('ZREVRANGEBYSCORE', key, hi, lo, 'LIMIT', 0, want)
+      if #members > 0 then found = true end
+      for _, m in ipairs(members) do
+        local base, c = string.match(m, '^(.-)x(%d+)$')
+        local units = tonumber(c or 1)
+        if units <= left then
+          redis.call('ZREM', key, m)
+          left = left - units
+          extra_back = extra_back + units - 1
+        else
+          local score = redis.call('ZSCORE', key, m)
+          redis.call('ZREM', key, m)
+          local rest = units - left
+          if rest > 1 then base = base .. 'x' .. rest end
+          redis.call('ZADD', key, score, base)
+          extra_back = extra_back + left
+          left = 0
+        end
+        if left <= 0 then break end
       end
-    end
+    until left <= 0 or #members < want
     if extra_back > 0 and tonumber(redis.call('ZINCRBY', key, extra_back, '#')) >= 0 then
       redis.call('ZREM', key, '#')
     end
-    if #members > 0 then changed = changed + 1 end
+    if found then changed = changed + 1 end
 
   else
     -- Buckets: move the theoretical arrival time back by what the cost added.
