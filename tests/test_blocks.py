@@ -70,10 +70,12 @@ def test_a_reset_from_the_admin_during_a_flood_clears_it(
     api = rule("api", "/api/", 1, unit="hour", algorithm="fixed_window")
     assert [r.status_code for r in flood(client, 5)] == [200] + [429] * 4
     version = redis_client.get("thr:rules:version")
+    blocks = redis_client.get("{thr:rules:version}:blocks")
     admin_client.post(KEY_PAGE, {"rule": api.pk, "key": f"ip:{ADDRESS}"})
     # This process forgets at once; every other one within RULES_REFRESH, when it reads the
-    # version that the reset replaced.
-    assert redis_client.get("thr:rules:version") != version
+    # blocks token that the reset replaced. The rules version stays: nothing reloads.
+    assert redis_client.get("{thr:rules:version}:blocks") != blocks
+    assert redis_client.get("thr:rules:version") == version
     assert [r.status_code for r in flood(client, 3)] == [200, 429, 429]
 
 

@@ -1,0 +1,274 @@
+"""What the size of the rule table costs: per request, at load, at a reset, at import.
+
+    .venv/bin/python bench/blast_rules.py [--rules 10000] [--requests 2000]
+
+Run from the repository root. One process, pinned to CPU 0 beside its own redis-server
+(``taskset -c 0``), SQLite in a temporary file. A table of ``--rules`` rules (a tenth regex
+scopes, the rest path prefixes and scope names, a third of the prefixes limited to POST) is
+imported with ``throttle_import`` from a JSON file: fresh, again unchanged, and with
+``--dry-run``. Then:
+
+- the compile time of the whole table (``load_rules()``, from the database);
+- the middleware's cost per request (Django's WSGIHandler, a plain view, medians of
+  ``--requests`` requests, interleaved) with 10 rules and with the whole table; the path is
+  matched by one prefix rule and one regex rule in both;
+- the wait of the first request of a process (the first load), and the slowest request in the
+  ``RULES_REFRESH`` (1 s here) that follows a reset in another process, a reset in this process,
+  and a rule changed in another process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Any
+
+import harness
+
+THROTTLE = "django_throttle.middleware.ThrottleMiddleware"
+REFRESH = 1.0
+urlpatterns: list[Any] = []  # this module is the ROOT_URLCONF
+PATH = "/p7/items/"  # one prefix rule (/p7/) and one regex rule (^/p7/\w+/$) match it
+
+
+def urls() -> None:
+    from django.http import HttpResponse
+    from django.urls import re_path
+
+    def plain(request: Any) -> HttpResponse:
+        return HttpResponse("ok")
+
+    urlpatterns[:] = [re_path(r"^", plain, name="n7")]
+
+
+def table_of(n: int) -> list[dict[str, Any]]:
+    """``n`` rules: a tenth regexes, the rest prefixes and names; generous limits."""
+    rules: list[dict[str, Any]] = []
+    for i in range(n):
+        kind = i % 10
+        rule: dict[str, Any] = {"name": f"rule-{i}", "limit": 1_000_000, "unit": "minute"}
+        if kind == 0:
+            rule["scope"] = rf"^/p{i // 10}/\w+/$"
+        elif kind % 2:
+            rule["scope"] = f"/p{i // 10}/" if kind == 1 else f"/p{i // 10}/{kind}/"
+            if kind == 3:
+                rule["methods"] = "POST"
+        else:
+            rule["scope"] = f"n{i // 10}-{kind}"
+        rules.append(rule)
+    return rules
+
+
+def set_refresh(seconds: float) -> None:
+    """RULES_REFRESH, as override_settings would change it (the rule cache starts over)."""
+    from django.conf import settings
+    from django.core.signals import setting_changed
+
+    value = {**settings.DJANGO_THROTTLE, "RULES_REFRESH": seconds}
+    settings.DJANGO_THROTTLE = value
+    setting_changed.send(sender=None, setting="DJANGO_THROTTLE", value=value, enter=True)
+
+
+def import_file(path: str, *args: str) -> float:
+    from django.core.management import call_command
+
+    started = time.perf_counter()
+    with open(os.devnull, "w") as out:
+        call_command("throttle_import", path, *args, stdout=out)
+    return time.perf_counter() - started
+
+
+def request_once(app: Any, environ: dict[str, Any]) -> float:
+    started = time.perf_counter()
+    response = app(dict(environ), lambda status, headers, exc_info=None: None)
+    assert response.status_code == 200, response.status_code
+    return (time.perf_counter() - started) * 1000
+
+
+def slowest_after(app: Any, environ: dict[str, Any], event: Any, seconds: float) -> float:
+    """Run ``event()``, then serve requests from 4 threads for ``seconds``: the slowest (ms)."""
+    slowest = [0.0]
+    stop = time.monotonic() + seconds
+
+    def serve() -> None:
+        from django.db import connections
+
+        while time.monotonic() < stop:
+            slowest[0] = max(slowest[0], request_once(app, environ))
+            time.sleep(0.002)
+        connections.close_all()
+
+    event()
+    threads = [threading.Thread(target=serve) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return slowest[0]
+
+
+ELSEWHERE = """
+import sys, django
+from django.conf import settings
+settings.configure(**{settings_json})
+django.setup()
+from django_throttle.models import Rule
+from django_throttle.api import reset
+if sys.argv[1] == "reset":
+    reset("/p7/", "ip:198.18.0.1")
+else:
+    Rule.objects.filter(name="rule-1").update(limit=999_999)
+"""
+
+
+def elsewhere(what: str, database: str, url: str) -> Any:
+    """A function running ``what`` (reset, change) in another process on the same database."""
+    settings = {
+        "INSTALLED_APPS": ["django.contrib.contenttypes", "django.contrib.auth", "django_throttle"],
+        "DATABASES": {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": database}},
+        "CACHES": {"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": url}},
+        "DJANGO_THROTTLE": {"BACKEND": "redis"},
+        "USE_TZ": True,
+        "SECRET_KEY": "bench",
+    }
+    code = ELSEWHERE.replace("{settings_json}", repr(settings))
+    # Started before the event: only its work falls inside the measured second.
+    proc = subprocess.Popen(
+        [sys.executable, "-c", f"import sys; sys.stdin.readline()\n{code}", what],
+        stdin=subprocess.PIPE,
+        env={k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"},
+    )
+    time.sleep(1.5)  # its interpreter and Django imported
+
+    def event() -> None:
+        assert proc.stdin is not None
+        proc.stdin.write(b"go\n")
+        proc.stdin.close()
+        assert proc.wait(30) == 0
+
+    return event
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rules", type=int, default=10_000)
+    parser.add_argument("--requests", type=int, default=2000)
+    options = parser.parse_args()
+    workdir = tempfile.mkdtemp(prefix="blast-rules-")
+    database = os.path.join(workdir, "rules.sqlite3")
+    with harness.RedisServer(cpu=harness.CPU) as server:
+        harness.pin_client(harness.CPU)
+        harness.configure_django(
+            server.url,
+            apps=["django_throttle"],
+            migrate=True,
+            database=database,
+            ROOT_URLCONF=__name__,
+            MIDDLEWARE=[THROTTLE],
+            DEBUG_PROPAGATE_EXCEPTIONS=True,
+            DJANGO_THROTTLE={"RULES_REFRESH": REFRESH},
+        )
+        urls()
+        from django.core.handlers.wsgi import WSGIHandler
+        from django.test import RequestFactory
+
+        from django_throttle.api import reset
+        from django_throttle.models import Rule
+        from django_throttle.rules import load_rules, reset_rule_cache
+
+        rules = table_of(options.rules)
+        small = [r for r in rules if r["name"] in ("rule-70", "rule-71")]
+        small += [r for r in rules if r["scope"].startswith("n")][:8]
+        files = {}
+        for name, chosen in (("all", rules), ("small", small)):
+            files[name] = os.path.join(workdir, f"{name}.json")
+            with open(files[name], "w") as f:
+                json.dump({"rules": chosen}, f)
+
+        imports = [
+            ("fresh", import_file(files["all"])),
+            ("unchanged re-import", import_file(files["all"])),
+            ("--dry-run", import_file(files["all"], "--dry-run")),
+        ]
+        assert Rule.objects.count() == options.rules
+        compile_s = []
+        for _ in range(3):
+            started = time.perf_counter()
+            loaded = load_rules()
+            compile_s.append(time.perf_counter() - started)
+        assert len(loaded) == options.rules
+
+        environ = RequestFactory().get(PATH, REMOTE_ADDR="198.18.0.1").environ
+        set_refresh(3600.0)
+        costs = {}
+        for name in ("small", "all"):
+            reset_rule_cache()
+            if name == "small":  # the 10 rules in a database of their own
+                import_file(files["small"], "--prune")
+            else:
+                import_file(files["all"], "--prune")
+            app = WSGIHandler()
+            request_once(app, environ)
+            samples = []
+            for _ in range(options.requests):
+                samples.append(request_once(app, environ))
+            costs[name] = statistics.median(samples[options.requests // 10 :])
+
+        set_refresh(REFRESH)
+        app = WSGIHandler()
+        first = request_once(app, environ)
+        for _ in range(50):
+            request_once(app, environ)
+        waits = [("first request of a process (first load)", first)]
+        waits.append(
+            (
+                "reset in another process",
+                slowest_after(app, environ, elsewhere("reset", database, server.url), 2 * REFRESH),
+            )
+        )
+        waits.append(
+            (
+                "reset in this process",
+                slowest_after(app, environ, lambda: reset("/p7/", "ip:198.18.0.1"), 2 * REFRESH),
+            )
+        )
+        waits.append(
+            (
+                "rule changed in another process",
+                slowest_after(app, environ, elsewhere("change", database, server.url), 2 * REFRESH),
+            )
+        )
+
+        from django_throttle import recording
+
+        recording.collect()
+        harness.print_machine("google-re2")
+        print(f"\n## throttle_import of {options.rules} rules (SQLite, a file)\n")
+        harness.table(("run", "seconds"), [(run, f"{s:.2f}") for run, s in imports])
+        print(f"\n## Compiling {options.rules} rules (load_rules(), from the database)\n")
+        harness.table(
+            ("", "seconds"),
+            [("median of 3", f"{statistics.median(compile_s):.3f}")],
+        )
+        print(f"\n## The middleware's cost per request, median of {options.requests}\n")
+        harness.table(
+            ("rules", "ms per request"),
+            [
+                ("10", f"{costs['small']:.3f}"),
+                (str(options.rules), f"{costs['all']:.3f}"),
+                ("ratio", f"{costs['all'] / costs['small']:.2f}x"),
+            ],
+        )
+        print(f"\n## Waits with {options.rules} rules (RULES_REFRESH {REFRESH:g} s, 4 threads)\n")
+        harness.table(("after", "slowest request, ms"), [(w, f"{ms:.1f}") for w, ms in waits])
+
+
+if __name__ == "__main__":
+    main()
