@@ -552,3 +552,50 @@ def test_sixteen_threads_right_after_a_change_decide_on_the_new_rules(client, re
     for thread in threads:
         thread.join()
     assert sum(admitted) == 100
+
+
+# -- a reload under way -------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_while_a_reload_runs_other_threads_keep_the_rules_in_force_then_wait():
+    """The thread that finds the change reloads; the others go on with the rules in force
+    until they are a quarter of RULES_REFRESH overdue, then wait for the new ones."""
+    from django_throttle.rules import RuleCache, load_rules
+
+    Rule.objects.create(name="a", scope="/a/", limit=5)
+    loading, release = threading.Event(), threading.Event()
+    now = [0.0]
+    loads = []
+
+    def loader(*args):
+        loads.append(1)
+        if len(loads) > 1:  # the reload: held until released
+            loading.set()
+            release.wait(30)
+        return load_rules(*args)
+
+    cache = RuleCache(RedisVersion(), loader=loader, clock=lambda: now[0])
+    old = cache.get()
+    RedisVersion().bump()  # another process changed a rule
+    now[0] += conf.RULES_REFRESH
+    reloaded = []
+    reloader = threading.Thread(target=lambda: reloaded.append(cache.get()))
+    reloader.start()
+    assert loading.wait(10)  # the reloader is in the loader
+
+    done = []
+    waiter = threading.Thread(target=lambda: done.append(cache.get()))
+    waiter.start()
+    waiter.join(5)
+    assert done == [old]  # not held up by the reload
+
+    now[0] += conf.RULES_REFRESH / 4  # now overdue: wait for the new rules
+    waiter = threading.Thread(target=lambda: done.append(cache.get()))
+    waiter.start()
+    waiter.join(0.5)
+    assert waiter.is_alive() and len(done) == 1
+    release.set()
+    reloader.join(10)
+    waiter.join(10)
+    assert reloaded[0] is not old and done[1] is reloaded[0]
