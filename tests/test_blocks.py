@@ -70,11 +70,11 @@ def test_a_reset_from_the_admin_during_a_flood_clears_it(
     api = rule("api", "/api/", 1, unit="hour", algorithm="fixed_window")
     assert [r.status_code for r in flood(client, 5)] == [200] + [429] * 4
     version = redis_client.get("thr:rules:version")
-    blocks = redis_client.get("{thr:rules:version}:blocks")
+    blocks = redis_client.get("thr:{thr:rules:version}:blocks")
     admin_client.post(KEY_PAGE, {"rule": api.pk, "key": f"ip:{ADDRESS}"})
     # This process forgets at once; every other one within RULES_REFRESH, when it reads the
     # blocks token that the reset replaced. The rules version stays: nothing reloads.
-    assert redis_client.get("{thr:rules:version}:blocks") != blocks
+    assert redis_client.get("thr:{thr:rules:version}:blocks") != blocks
     assert redis_client.get("thr:rules:version") == version
     assert [r.status_code for r in flood(client, 3)] == [200, 429, 429]
 

@@ -275,35 +275,37 @@ def _write(staged: list[_Staged], delete: list[str], current: _Current) -> None:
         fields = sorted({f for item in changed for f in item.changed if f in FIELDS})
         if changed:
             plain.bulk_update([item.rule for item in changed], [*fields, "updated_at"])
-        _relations(staged, current)
+        _relations(staged)
         for chunk in _chunks([current.rules[name].pk for name in delete]):
             Rule.objects.filter(pk__in=chunk).delete()
         rules_written.send(sender=Rule)  # every process reloads, once this commits
 
 
-def _relations(staged: list[_Staged], current: _Current) -> None:
+def _relations(staged: list[_Staged]) -> None:
     """Groups, exempt groups and overrides of the rules whose own changed (all of a new one)."""
-    for through, attribute, label in (
-        (Rule.groups.through, "groups", "groups"),
-        (Rule.exempt_groups.through, "exempt_groups", "exempt_groups"),
-    ):
-        touched = [item for item in staged if item.new or label in item.changed]
+    tables: tuple[tuple[Any, str], ...] = (
+        (Rule.groups.through, "groups"),
+        (Rule.exempt_groups.through, "exempt_groups"),
+    )
+    for through, name in tables:
+        touched = [item for item in staged if item.new or name in item.changed]
         for chunk in _chunks([item.rule.pk for item in touched if not item.new]):
             through.objects.filter(rule_id__in=chunk).delete()
         through.objects.bulk_create(
             through(rule_id=item.rule.pk, group_id=group)
             for item in touched
-            for group in getattr(item, attribute)
+            for group in getattr(item, name)
         )
+    overrides: models.QuerySet[Override] = models.QuerySet(model=Override)
     touched = [item for item in staged if item.new or "overrides" in item.changed]
     for chunk in _chunks([item.rule.pk for item in touched if not item.new]):
-        models.QuerySet(model=Override).filter(rule_id__in=chunk).delete()
+        overrides.filter(rule_id__in=chunk).delete()
     rows = []
     for item in touched:
         for override in item.overrides:
             override.rule = item.rule
             rows.append(override)
-    models.QuerySet(model=Override).bulk_create(rows)
+    overrides.bulk_create(rows)
 
 
 def _chunks(pks: list[Any], size: int = 500) -> list[list[Any]]:

@@ -40,11 +40,13 @@ VERSION_KEY_TTL = 30 * 86400  # an expired version only costs every process one 
 
 
 def same_slot(key: str, suffix: str) -> str:
-    """A key beside ``key`` in its Redis Cluster slot, so that one MGET reads both."""
+    """A key beside ``key`` in its Redis Cluster slot (one MGET reads both), under
+    KEY_PREFIX (an ACL user's key pattern covers it)."""
     start = key.find("{")
     if start != -1 and key.find("}", start + 2) != -1:
         return f"{key}:{suffix}"  # key's own hash tag places both
-    return f"{{{key}}}:{suffix}"  # a key without a tag hashes whole, as this tag does
+    # A key without a tag hashes whole, as this tag does.
+    return f"{conf.KEY_PREFIX}:{{{key}}}:{suffix}"
 
 
 class RedisVersion:
