@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, connection, connections, transaction
 from django.db.models import Count, Max
 from redis.exceptions import ConnectionError
 
@@ -206,6 +206,7 @@ def _group_ids(through: Any) -> dict[int, tuple[int, ...]]:
 
 
 _READ_VERSION = "read the rules version"
+_CURRENT = object()  # _check(): the rules in force are current
 _LOAD = "load rules from the database"
 
 
@@ -236,39 +237,70 @@ class RuleCache:
 
     def get(self) -> RuleSet:
         rules = self._rules
-        if rules is not None and self._clock() < self._next_check:
+        now = self._clock()
+        if rules is not None and now < self._next_check:
             return rules
-        # One thread refreshes. The others keep deciding on the rules in force while they
-        # are at most a quarter of RULES_REFRESH overdue (a reload of changed rules, under
-        # way); past that, or after a change made in this process, they wait for it: once
-        # RULES_REFRESH has passed after a change, no thread serves the old rules for long.
+        # One thread refreshes: it reads the version (and the blocks token). A reload it
+        # finds needed runs in a thread of its own while the rules in force are at most a
+        # quarter of RULES_REFRESH overdue: meanwhile every request is decided on them, as
+        # they were moments ago. Past that, or after a change made in this process, or
+        # before the first load, requests wait for the load: once RULES_REFRESH has passed
+        # after a change, no request is decided on the old rules for long.
         if rules is not None and not self._stale:
+            grace = now < self._next_check + conf.RULES_REFRESH / 4
             if self._lock.acquire(blocking=False):
-                return self._refreshed()
-            if self._clock() < self._next_check + conf.RULES_REFRESH / 4:
+                return self._refreshed(in_background=grace)
+            if grace:
                 return rules
         self._lock.acquire()
-        return self._refreshed()
+        return self._refreshed(in_background=False)
 
-    def _refreshed(self) -> RuleSet:
-        """Refresh if still due (the lock is held; released here), and the rules in force."""
+    def _refreshed(self, in_background: bool) -> RuleSet:
+        """Refresh if still due (the lock is held; released here, or by the thread that
+        reloads in the background), and the rules in force."""
+        handed_over = False
         try:
             if self._rules is None or self._clock() >= self._next_check:
                 self._invalidated = False
                 try:
-                    self._refresh()
+                    version = self._check()
+                    if version is not _CURRENT:
+                        # In a transaction (a test's), only this thread sees its writes.
+                        if in_background and not connection.in_atomic_block:
+                            threading.Thread(
+                                target=self._load_in_background,
+                                args=(version,),
+                                name="django_throttle rules reload",
+                                daemon=True,
+                            ).start()
+                            handed_over = True
+                        else:
+                            self._load(version)
                 finally:
-                    # Only now: a thread arriving during the reload must wait for it, not
-                    # see a next check in the future and go on with the old rules.
-                    # ...and a change this process made meanwhile is loaded at the next request.
-                    self._next_check = (
-                        0.0 if self._invalidated else self._clock() + conf.RULES_REFRESH
-                    )
+                    if not handed_over:
+                        self._checked()
         finally:
-            self._lock.release()
+            if not handed_over:
+                self._lock.release()
         return self._rules if self._rules is not None else RuleSet()
 
-    def _refresh(self) -> None:
+    def _checked(self) -> None:
+        # Only now: a thread arriving during the reload must wait for it (or, in the grace,
+        # go on with the old rules), not see a next check in the future. A change this
+        # process made meanwhile is loaded at the next request.
+        self._next_check = 0.0 if self._invalidated else self._clock() + conf.RULES_REFRESH
+
+    def _load_in_background(self, version: Any) -> None:
+        try:
+            self._load(version)
+        finally:
+            self._checked()
+            self._lock.release()
+            connections.close_all()  # this thread's own, opened for the load
+
+    def _check(self) -> Any:
+        """Read the tokens: empty the block cache if the blocks token changed; the version
+        to load, or _CURRENT if the rules in force are current."""
         if self.bump_pending:
             self.announce()
         if self.blocks_pending:
@@ -290,7 +322,10 @@ class RuleCache:
             if self._rules is not None and self._rules.blocked:
                 self._rules.blocked.clear()
         if self._rules is not None and not self._stale and version == self._seen_version:
-            return
+            return _CURRENT
+        return version
+
+    def _load(self, version: Any) -> None:
         self._stale = False  # before loading, so an invalidate() during the load is not lost
         previous = self._rules
         try:
