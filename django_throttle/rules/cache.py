@@ -293,6 +293,10 @@ class RuleCache:
     def _load_in_background(self, version: Any) -> None:
         try:
             self._load(version)
+        except Exception:
+            # No request to raise it to: the rules in force stay, the next refresh retries.
+            self._stale = True
+            logger.exception("django_throttle: the rules could not be reloaded")
         finally:
             self._checked()
             self._lock.release()
