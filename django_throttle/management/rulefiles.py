@@ -27,7 +27,7 @@ from typing import Any
 
 from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
-from django.db import models, transaction
+from django.db import connections, models, router, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -274,11 +274,33 @@ def _write(staged: list[_Staged], delete: list[str], current: _Current) -> None:
             item.rule.updated_at = now  # what save() sets, for DatabaseVersion's fingerprint
         fields = sorted({f for item in changed for f in item.changed if f in FIELDS})
         if changed:
-            plain.bulk_update([item.rule for item in changed], [*fields, "updated_at"])
+            _update([item.rule for item in changed], [*fields, "updated_at"])
         _relations(staged)
         for chunk in _chunks([current.rules[name].pk for name in delete]):
             Rule.objects.filter(pk__in=chunk).delete()
         rules_written.send(sender=Rule)  # every process reloads, once this commits
+
+
+def _update(rules: list[Rule], names: list[str]) -> None:
+    """One UPDATE of these fields, run for every row (executemany): bulk_update() builds a
+    CASE per row and field, seconds of Python for 10,000 rules."""
+    db = connections[router.db_for_write(Rule)]
+    quote = db.ops.quote_name
+    fields = []
+    for name in names:
+        field = Rule._meta.get_field(name)
+        assert isinstance(field, models.Field)
+        fields.append(field)
+    assignments = ", ".join(f"{quote(str(f.column))} = %s" for f in fields)
+    key = Rule._meta.pk
+    assert key is not None
+    table, pk = quote(Rule._meta.db_table), quote(str(key.column))
+    rows = [
+        [f.get_db_prep_save(getattr(rule, f.attname), db) for f in fields] + [rule.pk]
+        for rule in rules
+    ]
+    with db.cursor() as cursor:
+        cursor.executemany(f"UPDATE {table} SET {assignments} WHERE {pk} = %s", rows)
 
 
 def _relations(staged: list[_Staged]) -> None:
