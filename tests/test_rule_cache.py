@@ -595,3 +595,16 @@ def test_a_reload_runs_while_requests_are_decided_on_the_rules_in_force():
     waiter.join(10)
     assert done[0] is not old and {r.name: r.limit for r in done[0].rules} == {"a": 1}
     assert cache.get() is done[0] and len(loads) == 2
+
+
+@pytest.mark.parametrize("prefix", ["thr", "site-1", "{tenant}"])
+def test_the_blocks_token_lives_beside_the_version_under_key_prefix(settings, prefix):
+    """One MGET reads both on a Redis Cluster too (one slot), and an ACL user limited to
+    KEY_PREFIX's keys reaches both."""
+    from redis.crc import key_slot
+
+    settings.DJANGO_THROTTLE = {**settings.DJANGO_THROTTLE, "KEY_PREFIX": prefix}
+    version = RedisVersion()
+    assert version.key.startswith(prefix + ":") and version.blocks_key.startswith(prefix + ":")
+    assert key_slot(version.key.encode()) == key_slot(version.blocks_key.encode())
+    assert version.key != version.blocks_key
