@@ -559,9 +559,8 @@ def test_sixteen_threads_right_after_a_change_decide_on_the_new_rules(client, re
 
 @pytest.mark.django_db(transaction=True)
 def test_a_reload_runs_while_requests_are_decided_on_the_rules_in_force():
-    """The request that finds a change starts the reload and goes on, as do the others,
-    with the rules in force while they are at most a quarter of RULES_REFRESH overdue;
-    past that they wait for the new rules."""
+    """In a busy process, the request that finds a change starts the reload and goes on,
+    as do the others, with the rules in force until the new ones are ready."""
     from django_throttle.rules import RuleCache, load_rules
 
     Rule.objects.create(name="a", scope="/a/", limit=5)
@@ -583,18 +582,35 @@ def test_a_reload_runs_while_requests_are_decided_on_the_rules_in_force():
 
     assert cache.get() is old  # found the change: the reload is not waited for...
     assert loading.wait(5)  # ...it runs meanwhile
-    assert cache.get() is old
+    served = []
+    for _ in range(3):  # however long it takes
+        now[0] += conf.RULES_REFRESH
+        served.append(cache.get())
+    assert served == [old] * 3
 
-    now[0] += conf.RULES_REFRESH / 4  # now overdue: wait for the new rules
-    done = []
-    waiter = threading.Thread(target=lambda: done.append(cache.get()))
-    waiter.start()
-    waiter.join(0.5)
-    assert waiter.is_alive() and done == []
     release.set()
-    waiter.join(10)
-    assert done[0] is not old and {r.name: r.limit for r in done[0].rules} == {"a": 1}
-    assert cache.get() is done[0] and len(loads) == 2
+    deadline = time.monotonic() + 10
+    while cache.get() is old:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert {r.name: r.limit for r in cache.get().rules} == {"a": 1}
+    assert len(loads) == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_process_idle_since_a_change_waits_for_the_new_rules():
+    """Its rules are more than a quarter of RULES_REFRESH overdue: the request that finds the
+    change loads it before deciding."""
+    from django_throttle.rules import RuleCache, load_rules
+
+    Rule.objects.create(name="a", scope="/a/", limit=5)
+    now = [0.0]
+    cache = RuleCache(RedisVersion(), loader=load_rules, clock=lambda: now[0])
+    old = cache.get()
+    Rule.objects.filter(name="a").update(limit=1)
+    now[0] += conf.RULES_REFRESH * 1.3
+    rules = cache.get()
+    assert rules is not old and {r.name: r.limit for r in rules.rules} == {"a": 1}
 
 
 @pytest.mark.parametrize("prefix", ["thr", "site-1", "{tenant}"])

@@ -233,24 +233,25 @@ class RuleCache:
         self._failing: str | None = None
         self.bump_pending = False
         self.blocks_pending = False
-        self.loads = 0  # how many times the rules were read from the database
+        self._reloading = False  # a thread of its own is loading changed rules
 
     def get(self) -> RuleSet:
         rules = self._rules
         now = self._clock()
         if rules is not None and now < self._next_check:
             return rules
-        # One thread refreshes: it reads the version (and the blocks token). A reload it
-        # finds needed runs in a thread of its own while the rules in force are at most a
-        # quarter of RULES_REFRESH overdue: meanwhile every request is decided on them, as
-        # they were moments ago. Past that, or after a change made in this process, or
-        # before the first load, requests wait for the load: once RULES_REFRESH has passed
-        # after a change, no request is decided on the old rules for long.
+        # One thread refreshes: it reads the version (and the blocks token). If the rules in
+        # force are at most a quarter of RULES_REFRESH overdue (a busy process), a reload it
+        # finds needed runs in a thread of its own, and until it is done every request is
+        # decided on them, as they were moments ago. Otherwise (a process idle since before
+        # the change), after a change made in this process, and before the first load,
+        # requests wait for the load: a change is in force within RULES_REFRESH, plus the
+        # time a reload takes, and no request is decided on rules older than that.
         if rules is not None and not self._stale:
             grace = now < self._next_check + conf.RULES_REFRESH / 4
             if self._lock.acquire(blocking=False):
                 return self._refreshed(in_background=grace)
-            if grace:
+            if grace or self._reloading:
                 return rules
         self._lock.acquire()
         return self._refreshed(in_background=False)
@@ -267,6 +268,7 @@ class RuleCache:
                     if version is not _CURRENT:
                         # In a transaction (a test's), only this thread sees its writes.
                         if in_background and not connection.in_atomic_block:
+                            self._reloading = True
                             threading.Thread(
                                 target=self._load_in_background,
                                 args=(version,),
@@ -299,6 +301,7 @@ class RuleCache:
             logger.exception("django_throttle: the rules could not be reloaded")
         finally:
             self._checked()
+            self._reloading = False
             self._lock.release()
             connections.close_all()  # this thread's own, opened for the load
 
@@ -333,7 +336,6 @@ class RuleCache:
         self._stale = False  # before loading, so an invalidate() during the load is not lost
         previous = self._rules
         try:
-            self.loads += 1
             rules = self._loader(previous)
         except DatabaseError as exc:
             self._stale = True
