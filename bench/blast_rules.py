@@ -16,9 +16,10 @@ imported with ``throttle_import`` from a JSON file: fresh, again unchanged, and 
   written as prefixes (what the table costs apart from its regexes); the path is matched by
   the same prefix rule and regex rule in each;
 - with each of the two big tables: the first request of a process (the first load), and the
-  slowest request of 4 threads serving for 2 x ``RULES_REFRESH`` (1 s here) after a reset in
-  another process, a reset in this process, and a rule changed in another process (the
-  other process is set up before, so only its reset or change falls in the window).
+  slowest request of 4 threads serving from half a ``RULES_REFRESH`` (1 s here) before to
+  2 x ``RULES_REFRESH`` after a reset in another process, a reset in this process, and a
+  rule changed in another process (the other process is set up before, so only its reset or
+  change falls in the window); and the longest pause of the garbage collector meanwhile.
 
 Takes about a minute.
 """
@@ -26,6 +27,7 @@ Takes about a minute.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import subprocess
@@ -99,26 +101,55 @@ def request_once(app: Any, environ: dict[str, Any]) -> float:
     return (time.perf_counter() - started) * 1000
 
 
-def slowest_after(app: Any, environ: dict[str, Any], event: Any, seconds: float) -> float:
-    """Run ``event()``, then serve requests from 4 threads for ``seconds``: the slowest (ms)."""
+class Collections:
+    """The longest pause of Python's garbage collector (any thread) since ``start()``, ms."""
+
+    def __init__(self) -> None:
+        self.began = 0.0
+        self.longest = 0.0
+        gc.callbacks.append(self.callback)
+
+    def start(self) -> None:
+        self.longest = 0.0
+
+    def callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self.began = time.perf_counter()
+        else:
+            self.longest = max(self.longest, (time.perf_counter() - self.began) * 1000)
+
+
+COLLECTIONS = Collections()
+
+
+def slowest_after(
+    app: Any, environ: dict[str, Any], event: Any, seconds: float
+) -> tuple[float, float]:
+    """Serve requests from 4 threads, run ``event()`` after a moment, go on for ``seconds``:
+    the slowest request and the longest garbage collection meanwhile (ms). The process is
+    busy before the event, as a server is."""
     slowest = [0.0]
+    stop = [float("inf")]
 
     def serve() -> None:
         from django.db import connections
 
-        while time.monotonic() < stop:
+        while time.monotonic() < stop[0]:
             slowest[0] = max(slowest[0], request_once(app, environ))
             time.sleep(0.002)
         connections.close_all()
 
-    event()
-    stop = time.monotonic() + seconds
     threads = [threading.Thread(target=serve) for _ in range(4)]
     for thread in threads:
         thread.start()
+    time.sleep(REFRESH / 2)
+    slowest[0] = 0.0
+    COLLECTIONS.start()
+    event()
+    stop[0] = time.monotonic() + seconds
     for thread in threads:
         thread.join()
-    return slowest[0]
+    return slowest[0], COLLECTIONS.longest
 
 
 ELSEWHERE = """
@@ -250,22 +281,26 @@ def main() -> None:
         harness.interleaved(cases, rounds=1, per_round=options.requests, warmup=100)
         costs = {case.name: case.median_us / 1000 for case in cases}
         reset_rule_cache()
+        caches.clear()  # one table in memory from here on, as in a real process
+        del cases, loaded
+        gc.collect()
 
-        waits: dict[str, list[float]] = {}
+        waits: dict[str, list[tuple[float, float]]] = {}
         for name in ("all", "prefixes"):
             set_refresh(3600.0)
             import_file(files[name], "--prune")
             set_refresh(REFRESH)
             app = WSGIHandler()
-            row = [request_once(app, environ)]
+            COLLECTIONS.start()
+            row = [(request_once(app, environ), COLLECTIONS.longest)]
             for _ in range(50):
                 request_once(app, environ)
             for event in (
-                elsewhere("reset", database, server.url),
-                lambda: reset("/p7/", "ip:198.18.0.1"),
-                elsewhere("change", database, server.url),
+                lambda: elsewhere("reset", database, server.url),
+                lambda: lambda: reset("/p7/", "ip:198.18.0.1"),
+                lambda: elsewhere("change", database, server.url),
             ):
-                row.append(slowest_after(app, environ, event, 2 * REFRESH))
+                row.append(slowest_after(app, environ, event(), 2 * REFRESH))
             waits[name] = row
 
         from django_throttle import recording
@@ -304,7 +339,8 @@ def main() -> None:
         )
         print(
             f"\n## The slowest request after an event, {options.rules} rules "
-            f"(RULES_REFRESH {REFRESH:g} s, 4 threads serving for {2 * REFRESH:g} s)\n"
+            f"(RULES_REFRESH {REFRESH:g} s, 4 threads serving from {REFRESH / 2:g} s before to "
+            f"{2 * REFRESH:g} s after)\n"
         )
         events = (
             "first request of a process (the first load)",
@@ -313,9 +349,15 @@ def main() -> None:
             "a rule changed in another process",
         )
         harness.table(
-            ("after", "ms, 1000 regexes", "ms, 1 regex (the others as prefixes)"),
+            (
+                "after",
+                "ms, 1000 regexes",
+                "longest GC",
+                "ms, 1 regex (the others as prefixes)",
+                "longest GC",
+            ),
             [
-                (event, f"{waits['all'][i]:.1f}", f"{waits['prefixes'][i]:.1f}")
+                (event, *(f"{ms:.1f}" for name in ("all", "prefixes") for ms in waits[name][i]))
                 for i, event in enumerate(events)
             ],
         )
