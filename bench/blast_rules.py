@@ -4,7 +4,7 @@
 
 Run from the repository root. One process, pinned to CPU 0 beside its own redis-server
 (``taskset -c 0``), SQLite in a temporary file. A table of ``--rules`` rules (a tenth regex
-scopes, the rest path prefixes and scope names, a third of the prefixes limited to POST) is
+scopes, half path prefixes, a fifth of them limited to POST, the rest scope names) is
 imported with ``throttle_import`` from a JSON file: fresh, again unchanged, and with
 ``--dry-run``. Then:
 
