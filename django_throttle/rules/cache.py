@@ -269,12 +269,16 @@ class RuleCache:
                         # In a transaction (a test's), only this thread sees its writes.
                         if in_background and not connection.in_atomic_block:
                             self._reloading = True
-                            threading.Thread(
-                                target=self._load_in_background,
-                                args=(version,),
-                                name="django_throttle rules reload",
-                                daemon=True,
-                            ).start()
+                            try:
+                                threading.Thread(
+                                    target=self._load_in_background,
+                                    args=(version,),
+                                    name="django_throttle rules reload",
+                                    daemon=True,
+                                ).start()
+                            except BaseException:
+                                self._reloading = False
+                                raise
                             handed_over = True
                         else:
                             self._load(version)
