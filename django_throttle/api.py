@@ -42,13 +42,13 @@ async def acheck(request: Any, scope: str, cost: int = 1, dry_run: bool = False)
 def reset(scope: str, key: str) -> int:
     """Forget the state of client ``key`` (``"ip:203.0.113.7"``, ``"user:42"``, ``"global"``)
     under every rule of ``scope``; returns how many rules were reset. Every process forgets
-    the rejections of it that it remembers (BLOCK_CACHE) within RULES_REFRESH."""
+    the rejections it remembers (BLOCK_CACHE) within RULES_REFRESH, without reloading rules."""
     store = get_store()
     rules = scope_rules(get_rules(), scope)
     for rule in rules:
         store.reset(rule, key)
     if rules:
-        clients_reset()
+        clients_reset([rule.state_prefix + key for rule in rules])
     return len(rules)
 
 

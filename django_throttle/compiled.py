@@ -26,6 +26,14 @@ MAX_BLOCK = 366 * 86400  # a year
 
 KeyFunction = Callable[[Any], "str | None"]
 
+# Django's Choices.values builds a new list at each access: a load of 10,000 rules took
+# a third of its time there.
+_AUDIENCES = frozenset(AppliesTo.values)
+_ACTIONS = frozenset(Action.values)
+_FAIL_MODES = frozenset(FailMode.values)
+_KEY_KINDS = frozenset(KeyKind.values)
+_UNITS = frozenset(Unit.values)
+
 
 @dataclass(frozen=True, slots=True)
 class CompiledRule:
@@ -142,7 +150,7 @@ def build_rule(
     _check_whole("block", block, 0, MAX_BLOCK)
     if calendar is not None and algorithm != Algorithm.FIXED_WINDOW:
         raise ValueError("week and month windows are counted by the fixed window only")
-    if applies_to not in AppliesTo.values:
+    if applies_to not in _AUDIENCES:
         raise ValueError(f"unknown audience {applies_to!r}")
     return CompiledRule(
         id=id,
@@ -230,13 +238,13 @@ def _check_values(
         _check_whole("burst", burst, 1, MAX_LIMIT)
     if burst is not None and algorithm not in ALGORITHMS_WITH_BURST and burst != limit:
         raise ValueError(f"only token and leaky buckets have a burst, not {algorithm}")
-    if action not in Action.values:
+    if action not in _ACTIONS:
         raise ValueError(f"unknown action {action!r}")
     if action == Action.DELAY and algorithm != Algorithm.LEAKY_BUCKET:
         raise ValueError("delay works with the leaky bucket only")
-    if fail_mode not in FailMode.values:
+    if fail_mode not in _FAIL_MODES:
         raise ValueError(f"unknown fail mode {fail_mode!r}")
-    if key_kind not in KeyKind.values:
+    if key_kind not in _KEY_KINDS:
         raise ValueError(f"unknown key kind {key_kind!r}")
 
 
@@ -305,7 +313,7 @@ def _check_whole(name: str, value: object, low: int, high: int) -> None:
 
 
 def _period(per: int, unit: str) -> int:
-    if unit not in Unit.values:
+    if unit not in _UNITS:
         raise ValueError(f"unknown unit {unit!r}")
     _check_whole("per", per, 1, MAX_PER)
     if per * UNIT_SECONDS[unit] > MAX_WINDOW:

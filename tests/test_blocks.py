@@ -70,10 +70,12 @@ def test_a_reset_from_the_admin_during_a_flood_clears_it(
     api = rule("api", "/api/", 1, unit="hour", algorithm="fixed_window")
     assert [r.status_code for r in flood(client, 5)] == [200] + [429] * 4
     version = redis_client.get("thr:rules:version")
+    blocks = redis_client.get("thr:{thr:rules:version}:blocks")
     admin_client.post(KEY_PAGE, {"rule": api.pk, "key": f"ip:{ADDRESS}"})
     # This process forgets at once; every other one within RULES_REFRESH, when it reads the
-    # version that the reset replaced.
-    assert redis_client.get("thr:rules:version") != version
+    # blocks token that the reset replaced. The rules version stays: nothing reloads.
+    assert redis_client.get("thr:{thr:rules:version}:blocks") != blocks
+    assert redis_client.get("thr:rules:version") == version
     assert [r.status_code for r in flood(client, 3)] == [200, 429, 429]
 
 
@@ -148,3 +150,111 @@ def test_a_remembered_client_is_rejected_while_the_store_is_down(
     assert [r.status_code for r in during] == [429, 429]
     assert int(during[0]["Retry-After"]) > 60
     assert other.status_code == 503  # a client the process knows nothing about: the fail mode
+
+
+# -- another process: a RuleCache of its own, on its own clock ---------------------------
+
+
+class OtherProcess:
+    """A second process's rule cache (its own rules, block cache and refresh times), reading
+    the same Redis and database; counts its loads of the rule table."""
+
+    def __init__(self) -> None:
+        from django_throttle.rules import RedisVersion, RuleCache, load_rules
+
+        self.loads = 0
+        self.now = 0.0
+
+        def loader(*args: Any) -> Any:
+            self.loads += 1
+            return load_rules(*args)
+
+        self.cache = RuleCache(RedisVersion(), loader=loader, clock=lambda: self.now)
+
+    def rules(self) -> Any:
+        return self.cache.get()
+
+    def later(self) -> Any:
+        """Its next request, once RULES_REFRESH has passed."""
+        from django_throttle.conf import conf
+
+        self.now += conf.RULES_REFRESH * 1.01
+        return self.cache.get()
+
+    def decide(self, scope: str, key: str) -> Any:
+        from django_throttle.engine.flow import decide
+        from django_throttle.rules import scope_rules
+        from django_throttle.store import Check
+
+        ruleset = self.rules()
+        checks = [Check(r, key, 1) for r in scope_rules(ruleset, scope)]
+        return decide(checks, False, ruleset.blocked)
+
+
+def many_rules(n: int = 300) -> None:
+    Rule.objects.bulk_create(Rule(name=f"r{i}", scope=f"/r{i}/", limit=10) for i in range(n))
+
+
+def test_a_reset_reaches_another_process_block_cache_without_reloading_its_rules(
+    store_calls: Any,
+) -> None:
+    from django_throttle import reset
+
+    many_rules()
+    rule("partner", "partner-api", 1, unit="hour", algorithm="fixed_window")
+    other = OtherProcess()
+    rules = other.rules()
+    assert [other.decide("partner-api", "partner:acme").allowed for _ in "ab"] == [True, False]
+    calls = store_calls.decisions
+    assert not other.decide("partner-api", "partner:acme").allowed  # from its block cache
+    assert store_calls.decisions == calls and rules.blocked
+
+    assert reset("partner-api", "partner:acme") == 1  # in this process
+
+    assert other.later() is rules  # the same rules, not reloaded...
+    assert other.loads == 1
+    assert rules.blocked == {}  # ...and the rejection it remembered is gone
+    assert other.decide("partner-api", "partner:acme").allowed
+
+
+def test_a_refund_reaches_another_process_block_cache_without_reloading_its_rules() -> None:
+    many_rules()
+    rule("partner", "partner-api", 1, unit="hour", algorithm="fixed_window")
+    other = OtherProcess()
+    rules = other.rules()
+    assert [other.decide("partner-api", "partner:acme").allowed for _ in "ab"] == [True, False]
+    assert rules.blocked
+
+    refund_key("partner-api", "partner:acme")  # in this process
+
+    assert other.later() is rules
+    assert other.loads == 1
+    assert rules.blocked == {}
+    assert other.decide("partner-api", "partner:acme").allowed
+
+
+def test_a_rule_change_keeps_what_is_remembered_under_the_unchanged_rules(
+    store_calls: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    many_rules()
+    rule("partner", "partner-api", 1, unit="hour", algorithm="fixed_window")
+    changed = rule("search", "search", 1, unit="hour", algorithm="fixed_window")
+    other = OtherProcess()
+    before = other.rules()
+    for scope in ("partner-api", "search"):
+        assert [other.decide(scope, "partner:acme").allowed for _ in "ab"] == [True, False]
+    with django_capture_on_commit_callbacks(execute=True):
+        Rule.objects.filter(pk=changed.pk).update(limit=3)
+
+    after = other.later()
+    assert after is not before and other.loads == 2
+    # The rules whose rows did not change are the same compiled objects...
+    unchanged = {r.name: r for r in before.rules if r.name != "search"}
+    assert all(r is unchanged[r.name] for r in after.rules if r.name != "search")
+    calls = store_calls.decisions
+    # ...and their remembered rejections stay: no store call.
+    assert not other.decide("partner-api", "partner:acme").allowed
+    assert store_calls.decisions == calls
+    # The changed rule's are dropped: its new limit admits the client again.
+    assert other.decide("search", "partner:acme").allowed
+    assert store_calls.decisions == calls + 1

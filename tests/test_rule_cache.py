@@ -288,11 +288,12 @@ def test_steady_state_makes_no_database_query(django_assert_num_queries, redis_c
 
     elapsed = time.monotonic() - start
     stats = redis_client.info("commandstats")
-    # All it took was one GET of the version per refresh, not one per request.
-    gets = stats["cmdstat_get"]["calls"]
-    assert 2 <= gets <= elapsed / conf.RULES_REFRESH + 1
+    # All it took was one MGET of the version and blocks token per refresh, not one per
+    # request.
+    reads = stats["cmdstat_mget"]["calls"]
+    assert 2 <= reads <= elapsed / conf.RULES_REFRESH + 1
     others = {k for k in stats if not k.startswith(("cmdstat_info", "cmdstat_config"))}
-    assert others == {"cmdstat_get"}
+    assert others == {"cmdstat_mget"}
 
 
 # -- a change in this process -------------------------------------------------
@@ -551,3 +552,75 @@ def test_sixteen_threads_right_after_a_change_decide_on_the_new_rules(client, re
     for thread in threads:
         thread.join()
     assert sum(admitted) == 100
+
+
+# -- a reload under way -------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_reload_runs_while_requests_are_decided_on_the_rules_in_force():
+    """In a busy process, the request that finds a change starts the reload and goes on,
+    as do the others, with the rules in force until the new ones are ready."""
+    from django_throttle.rules import RuleCache, load_rules
+
+    Rule.objects.create(name="a", scope="/a/", limit=5)
+    loading, release = threading.Event(), threading.Event()
+    now = [0.0]
+    loads = []
+
+    def loader(*args):
+        loads.append(1)
+        if len(loads) > 1:  # the reload: held until released
+            loading.set()
+            release.wait(5)
+        return load_rules(*args)
+
+    cache = RuleCache(RedisVersion(), loader=loader, clock=lambda: now[0])
+    old = cache.get()
+    Rule.objects.filter(name="a").update(limit=1)  # as another process would, announced
+    now[0] += conf.RULES_REFRESH
+
+    assert cache.get() is old  # found the change: the reload is not waited for...
+    assert loading.wait(5)  # ...it runs meanwhile
+    served = []
+    for _ in range(3):  # however long it takes
+        now[0] += conf.RULES_REFRESH
+        served.append(cache.get())
+    assert served == [old] * 3
+
+    release.set()
+    deadline = time.monotonic() + 10
+    while cache.get() is old:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert {r.name: r.limit for r in cache.get().rules} == {"a": 1}
+    assert len(loads) == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_process_idle_since_a_change_waits_for_the_new_rules():
+    """Its rules are more than a quarter of RULES_REFRESH overdue: the request that finds the
+    change loads it before deciding."""
+    from django_throttle.rules import RuleCache, load_rules
+
+    Rule.objects.create(name="a", scope="/a/", limit=5)
+    now = [0.0]
+    cache = RuleCache(RedisVersion(), loader=load_rules, clock=lambda: now[0])
+    old = cache.get()
+    Rule.objects.filter(name="a").update(limit=1)
+    now[0] += conf.RULES_REFRESH * 1.3
+    rules = cache.get()
+    assert rules is not old and {r.name: r.limit for r in rules.rules} == {"a": 1}
+
+
+@pytest.mark.parametrize("prefix", ["thr", "site-1", "{tenant}"])
+def test_the_blocks_token_lives_beside_the_version_under_key_prefix(settings, prefix):
+    """One MGET reads both on a Redis Cluster too (one slot), and an ACL user limited to
+    KEY_PREFIX's keys reaches both."""
+    from redis.crc import key_slot
+
+    settings.DJANGO_THROTTLE = {**settings.DJANGO_THROTTLE, "KEY_PREFIX": prefix}
+    version = RedisVersion()
+    assert version.key.startswith(prefix + ":") and version.blocks_key.startswith(prefix + ":")
+    assert key_slot(version.key.encode()) == key_slot(version.blocks_key.encode())
+    assert version.key != version.blocks_key

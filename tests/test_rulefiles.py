@@ -160,3 +160,92 @@ def test_an_unreadable_file_is_a_clear_error(tmp_path: Path) -> None:
         run("throttle_import", write(tmp_path, "rules.json", "{}"))
     with pytest.raises(CommandError, match="Cannot read"):
         run("throttle_import", str(tmp_path / "missing.yaml"))
+
+
+# -- many rules: a bounded number of queries ------------------------------------------
+
+
+def many(n: int, limit: int = 5) -> dict[str, Any]:
+    """``n`` rules, every tenth with groups and overrides."""
+    rules: list[dict[str, Any]] = []
+    for i in range(n):
+        entry: dict[str, Any] = {"name": f"r{i}", "scope": f"/r{i}/", "limit": limit}
+        if i % 10 == 0:
+            entry["groups"] = ["partners"]
+            entry["exempt_groups"] = ["staff"]
+            entry["overrides"] = [
+                {"key": f"user:{i}", "limit": 50},
+                {"key": "global", "exempt": True},
+            ]
+        rules.append(entry)
+    return {"rules": rules}
+
+
+def writes(queries: Any) -> list[str]:
+    verbs = ("INSERT", "UPDATE", "DELETE")
+    return [
+        q["sql"] for q in queries.captured_queries if q["sql"].lstrip().upper().startswith(verbs)
+    ]
+
+
+def test_an_import_of_many_rules_takes_a_bounded_number_of_queries(tmp_path: Path) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    Group.objects.create(name="partners")
+    Group.objects.create(name="staff")
+    path = write(tmp_path, "rules.json", json.dumps(many(400)))
+    with CaptureQueriesContext(connection) as fresh:
+        run("throttle_import", path)
+    assert Rule.objects.count() == 400
+    assert Override.objects.count() == 80
+    assert Rule.objects.get(name="r10").groups.get().name == "partners"
+    # A few reads, then inserts of many rows each (SQLite takes 999 parameters a query).
+    assert len(fresh.captured_queries) <= 30
+
+    # A file that changes every rule: one bulk update, not one per rule.
+    path = write(tmp_path, "rules.json", json.dumps(many(400, limit=6)))
+    with CaptureQueriesContext(connection) as changed:
+        out = run("throttle_import", path)
+    assert out.count("change ") == 400
+    assert set(Rule.objects.values_list("limit", flat=True)) == {6}
+    assert len(changed.captured_queries) <= 60
+
+
+def test_an_unchanged_import_and_a_dry_run_write_nothing(tmp_path: Path) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    Group.objects.create(name="partners")
+    Group.objects.create(name="staff")
+    path = write(tmp_path, "rules.json", json.dumps(many(200)))
+    run("throttle_import", path)
+    updated = dict(Rule.objects.values_list("name", "updated_at"))
+    with CaptureQueriesContext(connection) as again:
+        out = run("throttle_import", path)
+    assert out.split().count("unchanged") == 200
+    assert writes(again) == [] and len(again.captured_queries) <= 10
+    assert dict(Rule.objects.values_list("name", "updated_at")) == updated
+
+    changed = write(tmp_path, "changed.json", json.dumps(many(300, limit=7)))
+    with CaptureQueriesContext(connection) as dry:
+        out = run("throttle_import", changed, "--dry-run", "--prune")
+    assert out.count("would change ") == 200 and out.count("would create ") == 100
+    assert writes(dry) == [] and len(dry.captured_queries) <= 10
+    assert dict(Rule.objects.values_list("name", "updated_at")) == updated
+
+
+def test_an_override_given_twice_is_refused(tmp_path: Path) -> None:
+    entry = {
+        "name": "api",
+        "scope": "/api/",
+        "limit": 5,
+        "overrides": [
+            {"key": "ip:203.0.113.7", "limit": 9},
+            {"key": " ip:203.0.113.7", "exempt": True},
+        ],
+    }
+    path = write(tmp_path, "rules.json", json.dumps({"rules": [entry]}))
+    with pytest.raises(CommandError, match="override ' ip:203.0.113.7'"):
+        run("throttle_import", path)
+    assert not Rule.objects.exists()

@@ -261,8 +261,10 @@ class DashboardAdmin(_DashboardModelAdmin):
             + urlencode({"rule": rule.pk, "key": key})
         )
         try:
-            get_store().reset(compile_rule(rule), key)
-            clients_reset()  # every process forgets remembered rejections (BLOCK_CACHE)
+            compiled = compile_rule(rule)
+            get_store().reset(compiled, key)
+            # Every process forgets remembered rejections (BLOCK_CACHE); no rule reloads.
+            clients_reset([compiled.state_prefix + key])
         except STORE_ERRORS as exc:
             messages.error(
                 request, _("The store is unavailable (%(e)s); nothing was reset.") % {"e": exc}
@@ -299,9 +301,10 @@ def _reset_defaults(request: HttpRequest, scope: str, key: str) -> HttpResponse:
         messages.error(request, _("Choose a rule and a key to reset."))
         return HttpResponseRedirect(reverse("admin:django_throttle_dashboard_key"))
     try:
-        for default in defaults:
-            get_store().reset(default.compile(), key)
-        clients_reset()
+        compiled = [default.compile() for default in defaults]
+        for rule in compiled:
+            get_store().reset(rule, key)
+        clients_reset([rule.state_prefix + key for rule in compiled])
     except STORE_ERRORS as exc:
         messages.error(
             request, _("The store is unavailable (%(e)s); nothing was reset.") % {"e": exc}

@@ -14,14 +14,17 @@ from typing import NamedTuple
 
 from redis.exceptions import TryAgainError
 
+from ..choices import Algorithm
 from ..conf import conf
-from ..rules import rule_cache
+from ..rules import clients_reset
 from ..store import Check, Result, get_store
 from ..store.breaker import CLOSED
 from ..store.errors import STORE_ERRORS
 from ..store.fallback import async_store, breaker, breaker_moved, local_fallback
 
 logger = logging.getLogger("django_throttle")
+
+_CONCURRENCY = str(Algorithm.CONCURRENCY)
 
 
 class Refund(NamedTuple):
@@ -58,7 +61,7 @@ async def agive_back(refunds: Sequence[Refund]) -> None:
     if not conf.uses_redis:
         give_back(refunds)
         return
-    remote = _split(refunds)
+    remote = _split(refunds, on_loop=True)
     if remote:
         with _guarded() as allowed:
             if allowed:
@@ -96,16 +99,21 @@ def _guarded() -> Iterator[bool]:
     _dropping = False
 
 
-def _split(refunds: Sequence[Refund]) -> list[Refund]:
+def _split(refunds: Sequence[Refund], on_loop: bool = False) -> list[Refund]:
     """Give back the local fallback's refunds here and now; return the store's. The clients
-    given back to are forgotten by this process's block cache: they may fit again."""
-    rules = rule_cache().current()
-    blocked = rules.blocked if rules is not None else None
+    given back to are forgotten by every process's block cache: they may fit again (from an
+    event loop, which must not wait on a sync client, announced at the next refresh)."""
+    given = [
+        check.rule.state_prefix + check.identity
+        for refund in refunds
+        for check in refund.checks
+        # Only what a block cache can hold: a concurrency lease's end is never announced.
+        if check.rule.enforcing and check.rule.algorithm != _CONCURRENCY
+    ]
+    if given:
+        clients_reset(given, announce=not on_loop)
     remote = []
     for refund in refunds:
-        if blocked:
-            for check in refund.checks:
-                blocked.pop(check.rule.state_prefix + check.identity, None)
         if refund.local:
             local_fallback.refund(refund.checks, refund.at)
         elif refund.checks:

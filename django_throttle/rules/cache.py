@@ -3,7 +3,12 @@ version token changes (read at most once per RULES_REFRESH).
 
 Matching a request never touches the database: the enabled rules are loaded when
 their version changes, compiled (regexes, methods, periods, key functions) and
-indexed by scope form.
+indexed by scope form. A reload compiles only the rows that changed: the others keep
+their compiled rule, and the rejections the block cache remembers under them.
+
+A reset or a refund is not a rule change: it replaces a second token, the blocks token,
+read in the same round trip as the version; a process that sees it change empties its
+block cache and keeps its rules.
 """
 
 from __future__ import annotations
@@ -12,16 +17,16 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, connection, connections, transaction
 from django.db.models import Count, Max
 from redis.exceptions import ConnectionError
 
-from ..compiled import compile_rule, with_overrides
+from ..compiled import CompiledRule, compile_rule, with_overrides
 from ..conf import conf
-from ..models import Rule
+from ..models import Override, Rule
 from ..store import get_store
 from ..store.fallback import breaker
 from .ruleset import RuleSet
@@ -34,11 +39,23 @@ VERSION_KEY_TTL = 30 * 86400  # an expired version only costs every process one 
 # -- where the rules version lives --------------------------------------------
 
 
+def same_slot(key: str, suffix: str) -> str:
+    """A key beside ``key`` in its Redis Cluster slot (one MGET reads both), under
+    KEY_PREFIX (an ACL user's key pattern covers it)."""
+    start = key.find("{")
+    if start != -1 and key.find("}", start + 2) != -1:
+        return f"{key}:{suffix}"  # key's own hash tag places both
+    # A key without a tag hashes whole, as this tag does.
+    return f"{conf.KEY_PREFIX}:{{{key}}}:{suffix}"
+
+
 class RedisVersion:
-    """A random token in Redis, replaced whenever any process changes a rule."""
+    """A random token in Redis, replaced whenever any process changes a rule; and the blocks
+    token, replaced whenever a client's state is reset or refunded."""
 
     def __init__(self) -> None:
         self.key = f"{conf.KEY_PREFIX}:rules:version"
+        self.blocks_key = same_slot(self.key, "blocks")
 
     def _client(self) -> Any:
         # The store's client, with the decision timeouts rather than the cache's (seconds, or
@@ -46,12 +63,22 @@ class RedisVersion:
         return get_store().client  # type: ignore[attr-defined]
 
     def read(self) -> Any:
+        return self.read_tokens()[0]
+
+    def read_tokens(self) -> tuple[Any, Any]:
+        """The rules version and the blocks token, in one round trip."""
         if breaker.is_open():  # the store failed moments ago: keep the rules, don't wait on it
             raise ConnectionError("the store is unavailable (circuit breaker open)")
-        return self._client().get(self.key)
+        version, blocks = self._client().mget([self.key, self.blocks_key])
+        return version, blocks
 
     def bump(self) -> None:
         self._client().set(self.key, uuid.uuid4().hex, ex=VERSION_KEY_TTL)
+
+    def bump_blocks(self) -> None:
+        if breaker.is_open():  # retried at the next refresh rather than waited on now
+            raise ConnectionError("the store is unavailable (circuit breaker open)")
+        self._client().set(self.blocks_key, uuid.uuid4().hex, ex=VERSION_KEY_TTL)
 
 
 class DatabaseVersion:
@@ -61,45 +88,136 @@ class DatabaseVersion:
         row = Rule.objects.aggregate(n=Count("pk"), last=Max("updated_at"))
         return (row["n"], row["last"])
 
+    def read_tokens(self) -> tuple[Any, Any]:
+        """The fingerprint, and no blocks token: without Redis, state is this process's own."""
+        return self.read(), None
+
     def bump(self) -> None:
         """Nothing to do: every write changes the row count or the latest updated_at."""
 
+    def bump_blocks(self) -> None:
+        """Nothing to do: the memory store's clients are this process's only."""
 
-def load_rules() -> RuleSet:
-    """Read and compile the enabled rules; a rule that cannot be compiled is skipped and logged."""
+
+# The columns compile_rule reads, in the order of _Row's slots ("id": the primary key).
+_COLUMNS = (
+    "id",
+    "name",
+    "scope",
+    "methods",
+    "key_kind",
+    "key_arg",
+    "limit",
+    "per",
+    "unit",
+    "algorithm",
+    "burst",
+    "action",
+    "fail_mode",
+    "block_seconds",
+    "applies_to",
+    "exempt_staff",
+    "exempt_networks",
+)
+
+
+class _Row:
+    """A Rule's columns as compile_rule reads them, without building a model instance."""
+
+    __slots__ = ("pk", *_COLUMNS[1:])
+    pk: Any
+    name: str
+    scope: str
+    methods: str
+    key_kind: str
+    key_arg: str
+    limit: int
+    per: int
+    unit: str
+    algorithm: str
+    burst: int | None
+    action: str
+    fail_mode: str
+    block_seconds: int
+    applies_to: str
+    exempt_staff: bool
+    exempt_networks: str
+
+    def __init__(self, values: tuple[Any, ...]) -> None:
+        for name, value in zip(self.__slots__, values, strict=True):
+            setattr(self, name, value)
+
+
+def load_rules(previous: RuleSet | None = None) -> RuleSet:
+    """Read and compile the enabled rules; a rule that cannot be compiled is skipped and logged.
+    A row identical to one of ``previous`` (with its overrides and groups) keeps its compiled
+    rule: a reload compiles only what changed."""
+    # Four flat queries, whatever the number of rules (no IN list of every primary key).
+    overrides: dict[int, list[tuple[str, int | None, bool]]] = {}
+    for rule_id, key, limit, exempt in (
+        Override.objects.filter(rule__enabled=True)
+        .order_by("rule_id", "key")
+        .values_list("rule_id", "key", "limit", "exempt")
+    ):
+        overrides.setdefault(rule_id, []).append((key, limit, exempt))
+    groups = _group_ids(Rule.groups.through)
+    exempt_groups = _group_ids(Rule.exempt_groups.through)
+    known = previous.sources if previous is not None else {}
+    sources: dict[int, tuple[object, CompiledRule]] = {}
     compiled = []
-    rows = Rule.objects.filter(enabled=True).order_by("pk")
-    for rule in rows.prefetch_related("overrides", "groups", "exempt_groups"):
+    rows = Rule.objects.filter(enabled=True).order_by("pk").values_list(*_COLUMNS)
+    for values in rows:
+        pk = values[0]
+        mine = overrides.get(pk, ())
+        source = (values, tuple(mine), groups.get(pk, ()), exempt_groups.get(pk, ()))
+        seen = known.get(pk)
+        if seen is not None and seen[0] == source:
+            sources[pk] = seen
+            compiled.append(seen[1])
+            continue
+        row = _Row(values)
         try:
-            overrides = [(o.key, o.limit, o.exempt) for o in rule.overrides.all()]
-            groups = [g.pk for g in rule.groups.all()]
-            exempt_groups = [g.pk for g in rule.exempt_groups.all()]
-            ready, skipped = with_overrides(compile_rule(rule, groups, exempt_groups), overrides)
-            compiled.append(ready)
+            rule = compile_rule(row, source[2], source[3])
+            ready, skipped = with_overrides(rule, mine)
             for problem in skipped:
                 logger.error(
                     "django_throttle: an override of rule %r cannot be used and is skipped (%s)",
-                    rule.name,
+                    row.name,
                     problem,
                 )
         except Exception:
-            logger.exception(
-                "django_throttle: rule %r cannot be enforced and is skipped", rule.name
-            )
-    return RuleSet(compiled, block_cache=conf.BLOCK_CACHE)
+            logger.exception("django_throttle: rule %r cannot be enforced and is skipped", row.name)
+            continue
+        sources[pk] = (source, ready)
+        compiled.append(ready)
+    ruleset = RuleSet(compiled, block_cache=conf.BLOCK_CACHE)
+    ruleset.sources = sources
+    return ruleset
+
+
+def _group_ids(through: Any) -> dict[int, tuple[int, ...]]:
+    """Rule id -> the ids of its groups in this many-to-many table, sorted."""
+    found: dict[int, list[int]] = {}
+    for rule_id, group_id in through.objects.order_by("rule_id", "group_id").values_list(
+        "rule_id", "group_id"
+    ):
+        found.setdefault(rule_id, []).append(group_id)
+    return {rule_id: tuple(ids) for rule_id, ids in found.items()}
 
 
 _READ_VERSION = "read the rules version"
+_CURRENT = object()  # _check(): the rules in force are current
 _LOAD = "load rules from the database"
 
 
 class RuleCache:
-    """The process's current RuleSet, re-read when the version changes (checked every RULES_REFRESH)."""
+    """The process's current RuleSet, re-read when the version changes (checked every
+    RULES_REFRESH); its block cache emptied when the blocks token changes."""
 
     def __init__(
         self,
         version: RedisVersion | DatabaseVersion,
-        loader: Callable[[], RuleSet] = load_rules,
+        loader: Callable[[RuleSet | None], RuleSet] = load_rules,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.version = version
@@ -108,53 +226,121 @@ class RuleCache:
         self._lock = threading.Lock()
         self._rules: RuleSet | None = None
         self._seen_version: Any = None
+        self._seen_blocks: Any = None
         self._next_check = 0.0
         self._stale = False  # this process changed a rule: reload whatever the version says
         self._invalidated = False  # ... while a reload was running
         self._failing: str | None = None
         self.bump_pending = False
+        self.blocks_pending = False
+        self._reloading = False  # a thread of its own is loading changed rules
 
     def get(self) -> RuleSet:
         rules = self._rules
-        if rules is not None and self._clock() < self._next_check:
+        now = self._clock()
+        if rules is not None and now < self._next_check:
             return rules
-        # One thread refreshes; the others wait for it rather than decide on rules that may
-        # be stale: once RULES_REFRESH has passed after a change, no thread serves the old
-        # rules. (The wait is one version read, once per RULES_REFRESH.)
+        # One thread refreshes: it reads the version (and the blocks token). If the rules in
+        # force are at most a quarter of RULES_REFRESH overdue (a busy process), a reload it
+        # finds needed runs in a thread of its own, and until it is done every request is
+        # decided on them, as they were moments ago. Otherwise (a process idle since before
+        # the change), after a change made in this process, and before the first load,
+        # requests wait for the load: a change is in force within RULES_REFRESH, plus the
+        # time a reload takes, and no request is decided on rules older than that.
+        if rules is not None and not self._stale:
+            grace = now < self._next_check + conf.RULES_REFRESH / 4
+            if self._lock.acquire(blocking=False):
+                return self._refreshed(in_background=grace)
+            if grace or self._reloading:
+                return rules
         self._lock.acquire()
+        return self._refreshed(in_background=False)
+
+    def _refreshed(self, in_background: bool) -> RuleSet:
+        """Refresh if still due (the lock is held; released here, or by the thread that
+        reloads in the background), and the rules in force."""
+        handed_over = False
         try:
             if self._rules is None or self._clock() >= self._next_check:
                 self._invalidated = False
                 try:
-                    self._refresh()
+                    version = self._check()
+                    if version is not _CURRENT:
+                        # In a transaction (a test's), only this thread sees its writes.
+                        if in_background and not connection.in_atomic_block:
+                            self._reloading = True
+                            try:
+                                threading.Thread(
+                                    target=self._load_in_background,
+                                    args=(version,),
+                                    name="django_throttle rules reload",
+                                    daemon=True,
+                                ).start()
+                            except BaseException:
+                                self._reloading = False
+                                raise
+                            handed_over = True
+                        else:
+                            self._load(version)
                 finally:
-                    # Only now: a thread arriving during the reload must wait for it, not
-                    # see a next check in the future and go on with the old rules.
-                    # ...and a change this process made meanwhile is loaded at the next request.
-                    self._next_check = (
-                        0.0 if self._invalidated else self._clock() + conf.RULES_REFRESH
-                    )
+                    if not handed_over:
+                        self._checked()
         finally:
-            self._lock.release()
+            if not handed_over:
+                self._lock.release()
         return self._rules if self._rules is not None else RuleSet()
 
-    def _refresh(self) -> None:
+    def _checked(self) -> None:
+        # Only now: a thread arriving during the reload must wait for it (or, in the grace,
+        # go on with the old rules), not see a next check in the future. A change this
+        # process made meanwhile is loaded at the next request.
+        self._next_check = 0.0 if self._invalidated else self._clock() + conf.RULES_REFRESH
+
+    def _load_in_background(self, version: Any) -> None:
+        try:
+            self._load(version)
+        except Exception:
+            # No request to raise it to: the rules in force stay, the next refresh retries.
+            self._stale = True
+            logger.exception("django_throttle: the rules could not be reloaded")
+        finally:
+            self._checked()
+            self._reloading = False
+            self._lock.release()
+            connections.close_all()  # this thread's own, opened for the load
+
+    def _check(self) -> Any:
+        """Read the tokens: empty the block cache if the blocks token changed; the version
+        to load, or _CURRENT if the rules in force are current."""
         if self.bump_pending:
             self.announce()
+        if self.blocks_pending:
+            self.announce_blocks()
         try:
-            version = self.version.read()
+            version, blocks = self.version.read_tokens()
         except Exception as exc:
             self._report(_READ_VERSION, exc)
             version = self._seen_version if self._rules is not None else object()
+            blocks = self._seen_blocks
         else:
             if self._failing == _READ_VERSION:
                 logger.warning("django_throttle: the rules version can be read again")
                 self._failing = None
+        if blocks != self._seen_blocks:
+            # A client was reset or refunded somewhere: what this process remembers of
+            # rejections may no longer hold. The rules stay.
+            self._seen_blocks = blocks
+            if self._rules is not None and self._rules.blocked:
+                self._rules.blocked.clear()
         if self._rules is not None and not self._stale and version == self._seen_version:
-            return
+            return _CURRENT
+        return version
+
+    def _load(self, version: Any) -> None:
         self._stale = False  # before loading, so an invalidate() during the load is not lost
+        previous = self._rules
         try:
-            rules = self._loader()
+            rules = self._loader(previous)
         except DatabaseError as exc:
             self._stale = True
             self._report(_LOAD, exc)
@@ -163,6 +349,8 @@ class RuleCache:
                 # than query the database on every request.
                 self._rules = RuleSet()
             return
+        if previous is not None:
+            _carry_blocks(previous, rules)
         self._rules, self._seen_version = rules, version
         if self._failing == _LOAD:
             logger.warning("django_throttle: rules loaded again after the error")
@@ -191,6 +379,30 @@ class RuleCache:
         else:
             self.bump_pending = False
 
+    def announce_blocks(self) -> None:
+        """Tell the other processes to forget the rejections they remember; retried at each
+        refresh until it works."""
+        try:
+            self.version.bump_blocks()
+        except Exception as exc:
+            if not self.blocks_pending:
+                logger.error(
+                    "django_throttle: could not announce a reset to other processes (%s); "
+                    "retrying at each refresh",
+                    exc,
+                )
+            self.blocks_pending = True
+        else:
+            self.blocks_pending = False
+
+    def forget(self, state_keys: Iterable[str]) -> None:
+        """Drop these clients (state prefix + identity) from this process's block cache."""
+        rules = self._rules
+        blocked = rules.blocked if rules is not None else None
+        if blocked:
+            for key in state_keys:
+                blocked.pop(key, None)
+
     def fresh(self) -> RuleSet | None:
         """The rules in force if no refresh is due (one would read the version, and maybe the
         database), else None."""
@@ -209,6 +421,20 @@ class RuleCache:
         self._next_check = 0.0
         self._stale = True
         self._invalidated = True
+
+
+def _carry_blocks(old: RuleSet, new: RuleSet) -> None:
+    """Keep the remembered rejections of the rules a reload did not change (the same compiled
+    rule: same row, overrides and groups) and of code defaults; drop the others'."""
+    if not old.blocked or new.blocked is None:
+        return
+    before = {rule.state_prefix: rule for rule in old.rules}
+    after = {rule.state_prefix: rule for rule in new.rules}
+    for key, entry in list(old.blocked.items()):
+        prefix = entry[1].rule.state_prefix
+        rule = before.get(prefix)
+        if rule is None or after.get(prefix) is rule:
+            new.blocked[key] = entry
 
 
 _cache: RuleCache | None = None
@@ -238,12 +464,19 @@ def reset_rule_cache() -> None:
         _cache = None
 
 
-def clients_reset() -> None:
-    """A client's state was reset: every process forgets the rejections it remembers (the
-    block cache) within RULES_REFRESH, as for a rule change, and this process at once."""
+def clients_reset(state_keys: Iterable[str] = (), announce: bool = True) -> None:
+    """Clients' state was reset or given back (``state_keys``: state prefix + identity each):
+    this process forgets their remembered rejections at once, every other process forgets
+    what it remembers within RULES_REFRESH (the blocks token; with ``announce`` False, within
+    twice that: this process replaces the token at its next refresh). No rule is reloaded."""
     cache = rule_cache()
-    cache.invalidate()
-    cache.announce()
+    cache.forget(state_keys)
+    if not conf.BLOCK_CACHE:
+        return
+    if announce:
+        cache.announce_blocks()
+    else:
+        cache.blocks_pending = True
 
 
 def rules_changed() -> None:

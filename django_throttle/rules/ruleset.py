@@ -15,10 +15,13 @@ class RuleSet:
     def __init__(self, rules: Iterable[CompiledRule] = (), block_cache: bool = False) -> None:
         self.rules: tuple[CompiledRule, ...] = tuple(rules)
         # Clients this process saw rejected until a known time, under these rules: state key
-        # -> (until, on the monotonic clock; the rejection). None: BLOCK_CACHE is off. A rule
-        # change (or a reset, which announces itself as one) brings a new RuleSet, so it
-        # starts empty in every process within RULES_REFRESH.
+        # -> (until, on the monotonic clock; the rejection). None: BLOCK_CACHE is off. A
+        # reload carries over the entries of the rules it did not change; a reset or refund
+        # anywhere empties it within RULES_REFRESH (rules/cache.py).
         self.blocked: dict[str, tuple[float, Any]] | None = {} if block_cache else None
+        # Primary key -> (the row it was compiled from, the compiled rule): what the next
+        # reload reuses (load_rules()).
+        self.sources: dict[int, tuple[object, CompiledRule]] = {}
         self._everywhere: list[CompiledRule] = []
         self._prefixes: dict[str, list[CompiledRule]] = {}
         self._regexes: list[tuple[Matcher, CompiledRule]] = []
