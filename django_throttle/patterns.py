@@ -18,6 +18,7 @@ Python's ``re`` and Django's ``re_path``:
 
 from __future__ import annotations
 
+import array
 import functools
 import importlib
 import re
@@ -344,16 +345,22 @@ def _py_char(code: int) -> str:
     return f"\\U{code:08x}"
 
 
-@functools.cache
 def _category(name: str, ascii_: bool) -> Ranges:
     """The code points Python's ``\\d``, ``\\w`` or ``\\s`` matches, asked of Python's re."""
-    runs = re.finditer(("(?a)" if ascii_ else "") + name + "+", _every_code_point())
-    return tuple((m.start(), m.end() - 1) for m in runs)
+    return _categories()[name, ascii_]
 
 
 @functools.cache
-def _every_code_point() -> str:
-    return "".join(map(chr, range(MAX_CODE_POINT + 1)))
+def _categories() -> dict[tuple[str, bool], Ranges]:
+    # Every code point in one string (4 MB, dropped once scanned), as UTF-32 decodes it.
+    every = array.array("I", range(MAX_CODE_POINT + 1)).tobytes()
+    text = every.decode("utf-32-le", "surrogatepass")
+    found = {}
+    for name in ("\\d", "\\w", "\\s"):
+        for ascii_ in (False, True):
+            runs = re.finditer(("(?a)" if ascii_ else "") + name + "+", text)
+            found[name, ascii_] = tuple((m.start(), m.end() - 1) for m in runs)
+    return found
 
 
 @functools.cache
