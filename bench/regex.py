@@ -74,6 +74,10 @@ def python_re(pattern: str, path: str, cap: float) -> float | None:
     return float(out.get())
 
 
+def cell(text: str) -> str:
+    return text.replace("|", "\\|")  # a pattern's | inside a Markdown table
+
+
 def show(seconds: float | None, cap: float) -> str:
     if seconds is None:
         return f"> {cap:g} s (stopped)"
@@ -95,7 +99,9 @@ def shapes(cap: float) -> None:
             verdict = matcher(path)
             plain = None if stopped else python_re(pattern, path, cap)
             stopped = stopped or plain is None
-            rows.append((label, n, show(per_match(matcher, path), cap), show(plain, cap), verdict))
+            rows.append(
+                (cell(label), n, show(per_match(matcher, path), cap), show(plain, cap), verdict)
+            )
     print("\n## One scope: RE2 (the scope's matcher) against Python's re\n")
     harness.table(("pattern", "path length", "RE2 per match", "re per match", "in scope"), rows)
 
