@@ -16,9 +16,8 @@ from django.core.exceptions import ValidationError
 from django.core.management import call_command
 from django.db import connection
 
-from django_throttle import patterns
 from django_throttle.models import Rule
-from django_throttle.patterns import MAX_MATCHED_PATH, UnsafePattern, check_pattern, compile_scope
+from django_throttle.patterns import UnsafePattern, check_pattern
 from django_throttle.rules import rules_changed
 from tests.helpers import rule, statuses
 
@@ -32,7 +31,7 @@ STAMPS = {
 
 BAD_VALUES = [
     ("scope", "^(unclosed"),
-    ("scope", r"^/(a+)+$"),
+    ("scope", r"^/(?=admin)"),  # a lookaround: RE2 cannot run it
     ("limit", 0),
     ("limit", -5),
     ("algorithm", "quantum"),
@@ -128,18 +127,12 @@ def test_loaddata_takes_a_valid_rule(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "pattern",
     [
-        r"^/(a+)+$",  # the classic: exponential backtracking
-        r"^/(a|aa)*$",  # a repeated alternation
-        r"^/(a?)+$",
-        r"^/(\w+\s?)*$",
-        r"^/\d+\d+\d+x$",  # three open-ended repeats: cubic
         r"^/(?=admin)",  # a lookaround: not in RE2
         r"^/(\w)\1$",  # a backreference: not in RE2
-        "^/" + "a?" * 24 + "a" * 24 + "$",  # many optional repeats: exponential on re
-        "^/" + "a{0,16}" * 8 + "b",  # many bounded repeats
+        r"^/(\w{30}){30}",  # a program too large for RE2's memory bound
     ],
 )
-def test_patterns_that_could_stall_a_worker_are_refused(pattern: str) -> None:
+def test_patterns_re2_cannot_run_are_refused(pattern: str) -> None:
     with pytest.raises(UnsafePattern):
         check_pattern(pattern)
     with pytest.raises(ValidationError, match="regular expression"):
@@ -162,22 +155,9 @@ def test_usual_patterns_are_accepted(pattern: str) -> None:
 
 
 def test_a_hostile_path_against_a_regex_scope_is_answered(client: Any) -> None:
-    """Two open-ended repeats, the most a scope may have, against a 50,000-character path that
-    almost matches: RE2 is linear; Python's re would only ever see the first 1,024 characters."""
+    """A 50,000-character path that almost matches: RE2 answers in time linear in its length
+    (tests/test_patterns_linear.py holds the backtracking shapes)."""
     rule("users", r"^/users/\d+\d+/$", 1)
     hostile = "/users/" + "1" * 50_000 + "x"
     assert client.get(hostile).status_code == 404  # no such page, and no stall on the way
     assert statuses(client, "/users/12/", 2) == [200, 429]
-
-
-def test_without_re2_the_path_matched_is_capped(monkeypatch: Any) -> None:
-    monkeypatch.setattr(patterns, "re2", None)
-    match = compile_scope(r"^/a+$")
-    assert match("/" + "a" * (MAX_MATCHED_PATH - 1))
-    assert not match("/" + "a" * (MAX_MATCHED_PATH - 2) + "b")  # the b is within the cap
-    assert match("/" + "a" * (MAX_MATCHED_PATH - 1) + "b")  # past it: never seen
-
-
-def test_re2_matches_when_installed() -> None:
-    pytest.importorskip("re2")
-    assert patterns.engine() == "re2"

@@ -115,7 +115,7 @@ def test_prune_deletes_the_rules_the_file_does_not_name(tmp_path: Path) -> None:
     [
         ({"name": "bad", "scope": "/x/", "limit": 0}, "rule 'bad': limit"),
         ({"name": "bad", "scope": "^(unclosed", "limit": 5}, "rule 'bad': scope"),
-        ({"name": "bad", "scope": r"^/(a+)+$", "limit": 5}, "rule 'bad': scope"),
+        ({"name": "bad", "scope": r"^/(?=admin)", "limit": 5}, "rule 'bad': scope"),
         (
             {"name": "bad", "scope": "/x/", "limit": 5, "colour": "red"},
             r"unknown field\(s\) colour",

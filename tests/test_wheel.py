@@ -81,3 +81,10 @@ def test_wheel_metadata_names_the_distribution_and_its_requirements(wheel):
     assert "django>=5.2" in runtime
     names = {req.split(">")[0].split("=")[0].split("<")[0].lower() for req in runtime}
     assert {"django", "django-redis", "redis"} <= names
+
+
+def test_wheel_requires_google_re2(wheel):
+    """Every regex scope is matched by RE2: google-re2 is installed with the package."""
+    metadata = Parser().parsestr(wheel.read(f"{metadata_dir(wheel)}/METADATA").decode())
+    runtime = [r for r in metadata.get_all("Requires-Dist") or [] if "extra" not in r]
+    assert any(r.replace(" ", "").startswith("google-re2>=") for r in runtime), runtime

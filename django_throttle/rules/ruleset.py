@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..compiled import CompiledRule
-from ..patterns import Matcher
+from ..patterns import UnsafePattern, compile_scope_set
 
 
 class RuleSet:
@@ -24,7 +24,7 @@ class RuleSet:
         self.sources: dict[int, tuple[object, CompiledRule]] = {}
         self._everywhere: list[CompiledRule] = []
         self._prefixes: dict[str, list[CompiledRule]] = {}
-        self._regexes: list[tuple[Matcher, CompiledRule]] = []
+        self._regexes: list[CompiledRule] = []
         self._by_scope: dict[str, list[CompiledRule]] = {}
         for rule in self.rules:
             scope = rule.scope
@@ -34,7 +34,15 @@ class RuleSet:
             elif scope.startswith("/"):
                 self._prefixes.setdefault(scope, []).append(rule)
             elif rule.match is not None:
-                self._regexes.append((rule.match, rule))
+                self._regexes.append(rule)
+        # Every regex scope in one RE2 program: one pass over the path, however many rules.
+        regexes = self._regexes
+        try:
+            self._match_regexes = compile_scope_set(
+                [r.scope for r in regexes], [r.match for r in regexes if r.match is not None]
+            )
+        except UnsafePattern:  # pragma: no cover - each scope compiled alone already
+            self._match_regexes = self._one_by_one
         # A path is looked up once per distinct prefix length, not once per rule.
         self._prefix_lengths = sorted({len(p) for p in self._prefixes})
         # The scopes none of whose rules is limited to some methods: their rules as they are.
@@ -57,10 +65,15 @@ class RuleSet:
             for rule in prefixes.get(path[:length], ()):
                 if rule.applies_to(method):
                     found.append(rule)
-        for match, rule in self._regexes:
-            if rule.applies_to(method) and match(path):
-                found.append(rule)
+        if self._regexes:
+            regexes = self._regexes
+            for i in self._match_regexes(path):
+                if regexes[i].applies_to(method):
+                    found.append(regexes[i])
         return found
+
+    def _one_by_one(self, path: str) -> list[int]:
+        return [i for i, r in enumerate(self._regexes) if r.match is not None and r.match(path)]
 
     def for_scope(self, scope: str, method: str | None = None) -> Sequence[CompiledRule]:
         """Rules whose scope is exactly ``scope`` (a scope name, or '*', a prefix, a regex as
