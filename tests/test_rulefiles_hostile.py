@@ -278,3 +278,22 @@ def test_a_file_over_the_size_cap(tmp_path: Path, tables: Any, name: str) -> Non
 )
 def test_wrong_types_at_any_level(tmp_path: Path, tables: Any, content: str, words: str) -> None:
     assert words in refused(tmp_path, "rules.yaml", content, tables)
+
+
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [
+        (
+            "rules.json",
+            '\ufeff{"rules": [{"name": "caf\\u00e9 \\ud83d\\ude00", "scope": "/c/", "limit": 5}]}',
+        ),
+        ("rules.yaml", '\ufeffrules:\n  - {name: "café \\U0001F600", scope: /c/, limit: 5}\n'),
+    ],
+    ids=["json", "yaml"],
+)
+def test_what_is_refused_is_only_what_must_be(tmp_path: Path, name: str, content: str) -> None:
+    """A byte-order mark, escapes, and a character outside the BMP (a JSON surrogate pair)."""
+    path = tmp_path / name
+    path.write_text(content, encoding="utf-8")
+    call_command("throttle_import", str(path), stdout=StringIO())
+    assert Rule.objects.get().name == "café \U0001f600"
