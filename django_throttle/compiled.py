@@ -152,6 +152,10 @@ def build_rule(
         raise ValueError("week and month windows are counted by the fixed window only")
     if applies_to not in _AUDIENCES:
         raise ValueError(f"unknown audience {applies_to!r}")
+    if methods and "GET" in methods:
+        # Django answers HEAD with the GET view: a rule for GET that let HEAD through
+        # uncounted would let anyone run the view without limit.
+        methods = methods | {"HEAD"}
     return CompiledRule(
         id=id,
         name=name,

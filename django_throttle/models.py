@@ -140,7 +140,10 @@ class Rule(models.Model):
         _("methods"),
         max_length=100,
         blank=True,
-        help_text=_("Comma-separated HTTP methods the rule counts, e.g. 'POST,PUT'. Empty = all."),
+        help_text=_(
+            "Comma-separated HTTP methods the rule counts, e.g. 'POST,PUT'. Empty = all. "
+            "GET counts HEAD too (Django answers HEAD with the GET view)."
+        ),
     )
     key_kind = models.CharField(
         _("key"),

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,17 +99,366 @@ def dump(data: dict[str, Any], fmt: str) -> str:
 
 # -- import ---------------------------------------------------------------------------
 
+# Bounds on what a rule file may make this process do (docs/bounds.md, "Rule files"). 10,000
+# rules with every field take 3.5 MB of YAML or 5.2 MB of indented JSON and 410,000 values.
+MAX_FILE_BYTES = 16 * 2**20
+MAX_VALUES = 1_000_000  # mappings, lists and scalars: what memory grows with
+MAX_DEPTH = 16  # a valid file nests 5 deep (rules, a rule, overrides, an override, a value)
+MAX_NUMBER = 20  # characters of a number (MAX_LIMIT has 10 digits)
+
+# What no database stores as text: NUL (PostgreSQL refuses it) and lone surrogates (no
+# encoding has them); and the escapes by which either can reach a parsed string (JSON's \u,
+# YAML's \0, \x, \u and \U; a doubled backslash only makes the check run for nothing).
+_NOT_TEXT = re.compile("[\x00\ud800-\udfff]")
+_ESCAPES = re.compile(r"\\[0xuU]")
+
+
+def parse(raw: bytes, fmt: str) -> dict[str, Any]:
+    """A rule file's bytes as import_rules() takes them; RuleFileError says what is wrong."""
+    if len(raw) > MAX_FILE_BYTES:
+        raise RuleFileError(
+            f"the file is larger than {MAX_FILE_BYTES // 2**20} MiB, the most a rule file may be"
+        )
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise RuleFileError(
+            f"the file is not UTF-8 text: byte 0x{raw[exc.start]:02x} at line {line}, "
+            f"column {column}"
+        ) from None
+    return load(text, fmt)
+
 
 def load(text: str, fmt: str) -> dict[str, Any]:
-    try:
-        data = json.loads(text) if fmt == "json" else _yaml().safe_load(text)
-    except ValueError as exc:  # json.JSONDecodeError, yaml.YAMLError are ValueErrors or not
-        raise RuleFileError(f"the file cannot be read as {fmt.upper()}: {exc}") from None
-    except Exception as exc:  # yaml.YAMLError
-        raise RuleFileError(f"the file cannot be read as {fmt.upper()}: {exc}") from None
+    """A rule file's text, parsed and checked for shape; RuleFileError says what is wrong."""
+    if len(text) > MAX_FILE_BYTES:
+        raise RuleFileError(
+            f"the file is larger than {MAX_FILE_BYTES // 2**20} MiB, the most a rule file may be"
+        )
+    text = text.removeprefix("\ufeff")
+    found = _NOT_TEXT.search(text)
+    if found:  # said before either parser does, in its own words
+        line = text.count("\n", 0, found.start()) + 1
+        raise RuleFileError(f"line {line}: {_text_problem(found.group())}")
+    data = _load_json(text) if fmt == "json" else _load_yaml(text)
+    rules = _check_shape(data)
+    if _ESCAPES.search(text):
+        _check_texts(rules)
+    return {**data, "rules": rules}
+
+
+def _check_shape(data: Any) -> list[dict[str, Any]]:
+    """The rules of ``data``; RuleFileError unless it has the shape of a rule file and every
+    value the type its field takes."""
     if not isinstance(data, dict) or not isinstance(data.get("rules"), list):
         raise RuleFileError('the file must hold a list under "rules"')
-    return data
+    for index, entry in enumerate(data["rules"], 1):
+        if not isinstance(entry, dict):
+            raise RuleFileError(f"rule {index} is not a mapping of fields")
+        for key in entry:
+            if not isinstance(key, str):
+                raise RuleFileError(f"rule {index}: field names are text, not {_show(key)}")
+        name = entry.get("name")
+        if not isinstance(name, str) or not name.strip():
+            raise RuleFileError(f"rule {index} has no name")
+        name = name.strip()
+        unknown = set(entry) - {"name", *FIELDS, *RELATED}
+        if unknown:
+            shown = ", ".join(_printable(key) for key in sorted(unknown))
+            raise RuleFileError(f"rule {name!r}: unknown field(s) {shown}")
+        for key in FIELDS:
+            if key in entry:
+                _check_field(name, key, entry[key])
+        for key in ("groups", "exempt_groups"):
+            names = entry.get(key, [])
+            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                raise RuleFileError(f"rule {name!r}: {key} must be a list of group names")
+        overrides = entry.get("overrides", [])
+        if not isinstance(overrides, list):
+            raise RuleFileError(f"rule {name!r}: overrides must be a list")
+        for override in overrides:
+            if (
+                not isinstance(override, dict)
+                or set(override) - {"key", "limit", "exempt"}
+                or not isinstance(override.get("key"), str)
+                or type(override.get("exempt", False)) is not bool
+                or not (override.get("limit") is None or type(override.get("limit")) is int)
+            ):
+                raise RuleFileError(
+                    f"rule {name!r}: an override is {{key: text, limit: number}} or "
+                    "{key: text, exempt: true}"
+                )
+    rules: list[dict[str, Any]] = data["rules"]
+    return rules
+
+
+def _check_field(rule: str, key: str, value: Any) -> None:
+    """A value of the wrong type is refused, never coerced (1.5 is not 1, "no" is not False)."""
+    if key in INTEGERS:
+        if value is not None and type(value) is not int:
+            raise RuleFileError(f"rule {rule!r}: {key}: a whole number, not {_show(value)}")
+    elif key in BOOLEANS:
+        if type(value) is not bool:
+            raise RuleFileError(f"rule {rule!r}: {key}: true or false, not {_show(value)}")
+    elif key == "exempt_networks" and isinstance(value, list):
+        if not all(isinstance(v, str) for v in value):
+            raise RuleFileError(f"rule {rule!r}: {key}: text or a list of text")
+    elif not isinstance(value, str):
+        raise RuleFileError(f"rule {rule!r}: {key}: text, not {_show(value)}")
+
+
+def _check_texts(rules: list[dict[str, Any]]) -> None:
+    """Refuse NUL and lone surrogates in any text of the rules, before a query could fail on
+    them (the rules' shape is checked: a few levels of lists and mappings)."""
+    for index, entry in enumerate(rules, 1):
+        for key, value in entry.items():
+            pending: list[Any] = [key, value]
+            while pending:
+                item = pending.pop()
+                if isinstance(item, str):
+                    found = _NOT_TEXT.search(item)
+                    if found:
+                        problem = _text_problem(found.group())
+                        raise RuleFileError(f"rule {index}: {_printable(key)}: {problem}")
+                elif isinstance(item, dict):
+                    pending += item
+                    pending += item.values()
+                elif isinstance(item, list):
+                    pending += item
+
+
+def _text_problem(character: str) -> str:
+    if character == "\x00":
+        return "a NUL character, which no database stores as text"
+    return f"a lone surrogate ({character!r}), which is not Unicode text"
+
+
+def _printable(text: str) -> str:
+    """Text for a message that stderr can print whatever it holds (lone surrogates escaped)."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _show(value: Any) -> str:
+    """A wrong value in a message: its type for a collection (which may be large), else a
+    short repr."""
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    shown = repr(value)
+    return shown if len(shown) <= 40 else shown[:37] + "..."
+
+
+def _number_problem(text: str) -> str | None:
+    if len(text) > MAX_NUMBER:
+        return (
+            f"a number {len(text):,} characters long; numbers in a rule file have at most "
+            f"{MAX_NUMBER} digits"
+        )
+    return None
+
+
+# JSON
+
+
+_JSON_STRINGS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKETS = re.compile(r"[^\[\]{}]+")
+
+
+def _load_json(text: str) -> Any:
+    # json's decoder recurses once per level: measure the nesting first, on the brackets
+    # outside strings (removing the innermost pairs once per allowed level).
+    brackets = _NOT_BRACKETS.sub("", _JSON_STRINGS.sub("", text))
+    values = text.count(",") + len(brackets) // 2 + 1  # at least as many as the file holds
+    if values > MAX_VALUES:
+        raise RuleFileError(f"the file holds more than {MAX_VALUES:,} values")
+    for _ in range(MAX_DEPTH):
+        brackets = brackets.replace("[]", "").replace("{}", "")
+    if brackets:
+        raise RuleFileError(
+            f"the file cannot be read as JSON: nested deeper than {MAX_DEPTH} levels"
+        )
+    try:
+        return json.loads(
+            text,
+            parse_int=_json_int,
+            parse_float=_json_float,
+            parse_constant=_json_constant,
+            object_pairs_hook=_json_object,
+        )
+    except json.JSONDecodeError as exc:
+        raise RuleFileError(f"the file cannot be read as JSON: {exc}") from None
+
+
+def _json_int(text: str) -> int:
+    problem = _number_problem(text)
+    if problem:
+        raise RuleFileError(f"the file cannot be read as JSON: {problem}")
+    return int(text)
+
+
+def _json_float(text: str) -> float:
+    problem = _number_problem(text)
+    if problem:
+        raise RuleFileError(f"the file cannot be read as JSON: {problem}")
+    value = float(text)
+    if not math.isfinite(value):
+        raise RuleFileError(f"the file cannot be read as JSON: {text} is not a finite number")
+    return value
+
+
+def _json_constant(text: str) -> float:
+    raise RuleFileError(f"the file cannot be read as JSON: {text} is not a finite number")
+
+
+def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    mapping = dict(pairs)
+    if len(mapping) < len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise RuleFileError(
+                    f"the file cannot be read as JSON: {key!r} appears twice in one mapping"
+                )
+            seen.add(key)
+    return mapping
+
+
+# YAML
+
+_TAG = "tag:yaml.org,2002:"
+# The scalar types a rule file's YAML may hold besides text; anything else PyYAML's safe
+# loader could build (bytes, sets, ordered pairs) has no place in one.
+_SCALAR_TYPES = frozenset(_TAG + t for t in ("null", "bool", "int", "float", "timestamp"))
+
+
+def _load_yaml(text: str) -> Any:
+    yaml = _yaml()
+    # libyaml's parser where PyYAML has it (6-10x faster than the pure Python one); either way
+    # only its events are used, built into values by _YamlBuilder.
+    parser = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
+    try:
+        return _YamlBuilder(yaml, parser).document()
+    except yaml.YAMLError as exc:
+        raise RuleFileError(f"the file cannot be read as YAML: {exc}") from None
+    finally:
+        parser.dispose()
+
+
+def _tag(tag: str) -> str:
+    """A tag as a YAML file writes it (!!binary)."""
+    return "!!" + tag[len(_TAG) :] if tag.startswith(_TAG) else _printable(tag)
+
+
+class _YamlBuilder:
+    """Values from a YAML parser's events, as PyYAML's safe loader builds them, except that
+    what a rule file has no use for is refused on sight, before anything is expanded: aliases
+    and anchors (a few hundred bytes of them make billions of values), merge keys, tags other
+    than YAML's scalars, nesting past MAX_DEPTH, more than MAX_VALUES values, numbers longer
+    than MAX_NUMBER, NaN and infinities."""
+
+    def __init__(self, yaml: Any, parser: Any) -> None:
+        self.events = yaml.events
+        self.next_event = parser.get_event
+        self.constructor = yaml.constructor.SafeConstructor()
+        self.scalar_node = yaml.nodes.ScalarNode
+        implicit = yaml.resolver.Resolver.yaml_implicit_resolvers
+        self.everywhere = implicit.get(None, [])
+        # PyYAML's implicit types by a plain scalar's first character, as Resolver.resolve
+        # looks them up ('' for the empty scalar).
+        self.implicit = {c: r + self.everywhere for c, r in implicit.items() if c is not None}
+        self.values = 0
+
+    def document(self) -> Any:
+        events = self.events
+        self.next_event()  # StreamStartEvent
+        if type(self.next_event()) is events.StreamEndEvent:
+            return None  # an empty file
+        value = self.value(self.next_event(), 1)
+        self.next_event()  # DocumentEndEvent
+        event = self.next_event()
+        if type(event) is not events.StreamEndEvent:
+            raise self.error(event, "a rule file is one YAML document; another one starts here")
+        return value
+
+    def value(self, event: Any, depth: int) -> Any:
+        events = self.events
+        kind = type(event)
+        if kind is events.AliasEvent:
+            raise self.error(event, f"an alias (*{event.anchor}): a rule file has no aliases")
+        if event.anchor is not None:
+            raise self.error(event, f"an anchor (&{event.anchor}): a rule file has no anchors")
+        self.values += 1
+        if self.values > MAX_VALUES:
+            raise self.error(event, f"the file holds more than {MAX_VALUES:,} values")
+        if kind is events.ScalarEvent:
+            return self.scalar(event)
+        if depth > MAX_DEPTH:
+            raise self.error(event, f"nested deeper than {MAX_DEPTH} levels")
+        if kind is events.SequenceStartEvent:
+            self.collection_tag(event, "seq")
+            items = []
+            event = self.next_event()
+            while type(event) is not events.SequenceEndEvent:
+                items.append(self.value(event, depth + 1))
+                event = self.next_event()
+            return items
+        self.collection_tag(event, "map")
+        mapping: dict[Any, Any] = {}
+        event = self.next_event()
+        while type(event) is not events.MappingEndEvent:
+            if type(event) in (events.SequenceStartEvent, events.MappingStartEvent):
+                raise self.error(event, "keys are text, not lists or mappings")
+            key = self.value(event, depth + 1)
+            if key in mapping:
+                raise self.error(event, f"{key!r} appears twice in one mapping")
+            mapping[key] = self.value(self.next_event(), depth + 1)
+            event = self.next_event()
+        return mapping
+
+    def scalar(self, event: Any) -> Any:
+        value: str = event.value
+        tag = event.tag
+        if tag is None or tag == "!":
+            if not event.implicit[0]:
+                return value  # quoted: text
+            tag = _TAG + "str"
+            for implicit_tag, pattern in self.implicit.get(value[:1], self.everywhere):
+                if pattern.match(value):
+                    tag = implicit_tag
+                    break
+        if tag == _TAG + "str":
+            return value
+        if tag == _TAG + "merge":
+            raise self.error(event, "a merge key (<<): a rule file has no merge keys")
+        if tag not in _SCALAR_TYPES:
+            raise self.error(event, f"the tag {_tag(tag)} has no place in a rule file")
+        if tag in (_TAG + "int", _TAG + "float"):
+            problem = _number_problem(value)
+            if problem:
+                raise self.error(event, problem)
+        try:
+            built = self.constructor.yaml_constructors[tag](
+                self.constructor, self.scalar_node(tag, value)
+            )
+        except Exception:  # PyYAML's own conversions of an explicitly tagged scalar
+            raise self.error(event, f"{_show(value)} is not a {_tag(tag)}") from None
+        if isinstance(built, float) and not math.isfinite(built):
+            raise self.error(event, f"{value} is not a finite number")
+        return built
+
+    def collection_tag(self, event: Any, kind: str) -> None:
+        if event.tag not in (None, "!", _TAG + kind):
+            raise self.error(event, f"the tag {_tag(event.tag)} has no place in a rule file")
+
+    def error(self, event: Any, problem: str) -> RuleFileError:
+        mark = event.start_mark
+        return RuleFileError(
+            f"the file cannot be read as YAML: line {mark.line + 1}, column {mark.column + 1}: "
+            f"{problem}"
+        )
 
 
 @dataclass

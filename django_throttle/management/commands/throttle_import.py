@@ -8,7 +8,12 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_throttle.management.rulefiles import RuleFileError, import_rules, load
+from django_throttle.management.rulefiles import (
+    MAX_FILE_BYTES,
+    RuleFileError,
+    import_rules,
+    parse,
+)
 
 
 class Command(BaseCommand):
@@ -28,14 +33,18 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, file: str, dry_run: bool, prune: bool, **options: Any) -> None:
         path = Path(file)
+        # A name that is not UTF-8 reaches Python with surrogates, which stderr cannot print.
+        shown = file.encode("utf-8", "backslashreplace").decode("utf-8")
         try:
-            text = path.read_text(encoding="utf-8")
+            with path.open("rb") as stream:
+                # One byte past the cap is enough to refuse a larger file (or an endless one).
+                raw = stream.read(MAX_FILE_BYTES + 1)
         except OSError as exc:
-            raise CommandError(f"Cannot read {file}: {exc.strerror}.") from None
+            raise CommandError(f"Cannot read {shown}: {exc.strerror or exc}.") from None
         fmt = "json" if path.suffix.lower() == ".json" else "yaml"
         try:
-            plan = import_rules(load(text, fmt), prune=prune, dry_run=dry_run)
+            plan = import_rules(parse(raw, fmt), prune=prune, dry_run=dry_run)
         except RuleFileError as exc:
-            raise CommandError(f"{file}: {exc}; nothing was written.") from None
+            raise CommandError(f"{shown}: {exc}; nothing was written.") from None
         for line in plan.lines():
             self.stdout.write(("would " if dry_run else "") + line)
