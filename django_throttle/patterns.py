@@ -180,6 +180,28 @@ def _compile(source: str, max_mem: int) -> Any:
         raise UnsafePattern(f"not supported: {message}") from None
 
 
+def literal_prefix(pattern: str) -> str:
+    """The text every path in the scope starts with: the literal characters right after a
+    leading ``^`` or ``\\A`` ("" when there are none, or the pattern may match elsewhere)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            parsed = sre_parse.parse(pattern)
+    except (re.error, Warning, RecursionError):
+        return ""
+    if parsed.state.flags & (_IGNORECASE | _MULTILINE):
+        return ""
+    items = list(parsed)
+    if not items or items[0] not in ((_C.AT, _C.AT_BEGINNING), (_C.AT, _C.AT_BEGINNING_STRING)):
+        return ""
+    prefix = []
+    for op, av in items[1:]:
+        if op != _C.LITERAL:
+            break
+        prefix.append(chr(av))
+    return "".join(prefix)
+
+
 @functools.lru_cache(maxsize=4096)
 def translate(pattern: str) -> str:
     """``pattern`` (Python's syntax) in RE2's syntax, with the same meaning and anchoring."""

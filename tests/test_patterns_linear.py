@@ -24,6 +24,7 @@ from django_throttle.patterns import (
     check_pattern,
     compile_scope,
     compile_scope_set,
+    literal_prefix,
 )
 from django_throttle.rules import RuleSet, compile_rule
 from tests.helpers import rule, statuses
@@ -253,23 +254,47 @@ def test_a_set_of_scopes_matches_as_each_alone(patterns: list[str], paths: list[
 # -- the rule set, and through the middleware --------------------------------------------
 
 
-def test_a_rule_set_matches_its_regex_scopes_in_one_program() -> None:
-    """The rule set never asks each rule's own matcher: one RE2 set answers for all."""
+def test_a_rule_set_asks_only_the_regex_scopes_a_path_can_be_in() -> None:
+    """A thousand regex scopes: a path runs only the group of scopes whose literal start it
+    has (one RE2 set for a group of several), never every scope one by one."""
+    asked: list[str] = []
+
+    def counted(compiled: Any) -> Any:
+        match = compiled.match
+
+        def ask(path: str) -> bool:
+            asked.append(compiled.name)
+            return bool(match(path))
+
+        object.__setattr__(compiled, "match", ask)
+        return compiled
+
     regexes = [
-        compile_rule(Rule(pk=i, name=f"r{i}", scope=rf"^/r{i}/\d+/$", limit=5))
-        for i in range(1, 101)
+        counted(compile_rule(Rule(pk=i, name=f"r{i}", scope=rf"^/r{i}/\d+/$", limit=5)))
+        for i in range(1, 1001)
     ]
-    get = compile_rule(Rule(pk=200, name="get", scope=r"^/r7/", methods="GET", limit=5))
-    rules = RuleSet([*regexes, get])
+    get = counted(compile_rule(Rule(pk=2000, name="get", scope=r"^/r7/", methods="GET", limit=5)))
+    anywhere = counted(compile_rule(Rule(pk=2001, name="any", scope=r"^/(?:r7|s)/", limit=5)))
+    rules = RuleSet([*regexes, get, anywhere])
+    assert sorted(r.name for r in rules.for_path("/r7/٣/", "GET")) == ["any", "get", "r7"]
+    assert sorted(r.name for r in rules.for_path("/r7/٣/", "POST")) == ["any", "r7"]
+    assert [r.name for r in rules.for_path("/r70/1/", "POST")] == ["r70"]
+    assert rules.for_path("/r7/x/", "POST") == [anywhere]
+    assert rules.for_path("/t/1/", "GET") == []
+    # r7 and get share their literal start ("/r7/"): one set answers for both. "any" and
+    # r70 are alone in theirs. No other scope was ever asked.
+    assert set(asked) <= {"any", "r70"}
 
-    def one_by_one(path: str) -> bool:
-        raise AssertionError("a regex scope was tried alone")
 
-    for compiled in rules.rules:
-        object.__setattr__(compiled, "match", one_by_one)
-    assert [r.name for r in rules.for_path("/r7/٣/", "GET")] == ["r7", "get"]
-    assert [r.name for r in rules.for_path("/r7/٣/", "POST")] == ["r7"]
-    assert rules.for_path("/r7/x/", "POST") == []
+def test_the_literal_start_of_a_scope() -> None:
+    assert literal_prefix(r"^/p7/\w+/$") == "/p7/"
+    assert literal_prefix(r"\A/api/v\d") == "/api/v"
+    assert literal_prefix(r"^/ab?c") == "/a"  # b is optional
+    assert literal_prefix(r"^/a\.b") == "/a.b"
+    assert literal_prefix(r"^/(a|b)/") == "/"
+    assert literal_prefix(r"/x") == ""  # searched: it may match anywhere in the path
+    assert literal_prefix(r"(?i)^/ab") == ""  # /AB is in it too
+    assert literal_prefix(r"(?m)^/ab") == ""  # after a newline too
 
 
 @pytest.mark.django_db

@@ -274,7 +274,7 @@ def _load_json(text: str) -> Any:
     values = text.count(",") + len(brackets) // 2 + 1  # at least as many as the file holds
     if values > MAX_VALUES:
         raise RuleFileError(f"the file holds more than {MAX_VALUES:,} values")
-    for _ in range(MAX_DEPTH):
+    for _depth in range(MAX_DEPTH):
         brackets = brackets.replace("[]", "").replace("{}", "")
     if brackets:
         raise RuleFileError(

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..compiled import CompiledRule
-from ..patterns import UnsafePattern, compile_scope_set
+from ..patterns import UnsafePattern, compile_scope_set, literal_prefix
 
 
 class RuleSet:
@@ -35,14 +35,14 @@ class RuleSet:
                 self._prefixes.setdefault(scope, []).append(rule)
             elif rule.match is not None:
                 self._regexes.append(rule)
-        # Every regex scope in one RE2 program: one pass over the path, however many rules.
-        regexes = self._regexes
-        try:
-            self._match_regexes = compile_scope_set(
-                [r.scope for r in regexes], [r.match for r in regexes if r.match is not None]
-            )
-        except UnsafePattern:  # pragma: no cover - each scope compiled alone already
-            self._match_regexes = self._one_by_one
+        # Regex scopes grouped by the literal text right after their "^" (a path is looked
+        # up once per distinct length, as prefixes are); each group's scopes in one RE2 set:
+        # a request runs the groups its path starts with, however many rules there are.
+        groups: dict[str, list[CompiledRule]] = {}
+        for rule in self._regexes:
+            groups.setdefault(literal_prefix(rule.scope), []).append(rule)
+        self._regex_groups = {text: _group_matcher(rules) for text, rules in groups.items()}
+        self._regex_lengths = sorted({len(text) for text in groups})
         # A path is looked up once per distinct prefix length, not once per rule.
         self._prefix_lengths = sorted({len(p) for p in self._prefixes})
         # The scopes none of whose rules is limited to some methods: their rules as they are.
@@ -66,14 +66,14 @@ class RuleSet:
                 if rule.applies_to(method):
                     found.append(rule)
         if self._regexes:
-            regexes = self._regexes
-            for i in self._match_regexes(path):
-                if regexes[i].applies_to(method):
-                    found.append(regexes[i])
+            groups = self._regex_groups
+            for length in self._regex_lengths:
+                if length > len(path):
+                    break
+                group = groups.get(path[:length])
+                if group is not None:
+                    found.extend(r for r in group(path) if r.applies_to(method))
         return found
-
-    def _one_by_one(self, path: str) -> list[int]:
-        return [i for i, r in enumerate(self._regexes) if r.match is not None and r.match(path)]
 
     def for_scope(self, scope: str, method: str | None = None) -> Sequence[CompiledRule]:
         """Rules whose scope is exactly ``scope`` (a scope name, or '*', a prefix, a regex as
@@ -86,3 +86,19 @@ class RuleSet:
     def has_scope(self, scope: str) -> bool:
         """Whether the admin has an enabled rule for this scope (which replaces code defaults)."""
         return scope in self._by_scope
+
+
+def _group_matcher(rules: list[CompiledRule]) -> Callable[[str], list[CompiledRule]]:
+    """The rules among ``rules`` (regex scopes) whose pattern matches a path."""
+    if len(rules) == 1:
+        rule = rules[0]
+        match = rule.match
+        assert match is not None
+        return lambda path: [rule] if match(path) else []
+    try:
+        matches = compile_scope_set(
+            [r.scope for r in rules], [r.match for r in rules if r.match is not None]
+        )
+    except UnsafePattern:  # pragma: no cover - each scope compiled alone already
+        return lambda path: [r for r in rules if r.match is not None and r.match(path)]
+    return lambda path: [rules[i] for i in matches(path)]
