@@ -23,7 +23,7 @@ from ..compiled import compile_rule, with_overrides
 from ..conf import conf
 from ..models import Rule
 from ..store import get_store
-from ..store.fallback import breaker
+from ..store.fallback import breaker, node_open
 from .ruleset import RuleSet
 
 logger = logging.getLogger("django_throttle")
@@ -46,7 +46,9 @@ class RedisVersion:
         return get_store().client  # type: ignore[attr-defined]
 
     def read(self) -> Any:
-        if breaker.is_open():  # the store failed moments ago: keep the rules, don't wait on it
+        # The store (on a cluster: this key's master) failed moments ago: keep the rules,
+        # don't wait on it.
+        if breaker.is_open() or node_open(get_store(), self.key):
             raise ConnectionError("the store is unavailable (circuit breaker open)")
         return self._client().get(self.key)
 
