@@ -276,10 +276,12 @@ def _partly(
     retry_after: float,
     lost: Sequence[Check],
 ) -> StoreUnavailable:
-    """A request decided partly in Redis, partly by the fail modes of fail-open rules."""
+    """A request decided partly in Redis, partly by the fail modes of fail-open rules; the
+    results in the order of the checks."""
     results = assemble(plan, replies, refunded)
     if local:
-        results += local
+        at = {(id(c.rule), c.identity): i for i, c in enumerate(plan.checks)}
+        results = sorted([*results, *local], key=lambda r: at[id(r.rule), r.identity])
     return StoreUnavailable(results, retry_after, lost)
 
 
