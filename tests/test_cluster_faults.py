@@ -17,11 +17,15 @@ import pytest
 import redis
 from django.core.handlers.asgi import ASGIHandler
 from redis.cluster import RedisCluster
+from redis.crc import key_slot
 
 from django_throttle.compiled import CompiledRule, build_rule
 from django_throttle.engine import flow
+from django_throttle.engine.giveback import agive_back, give_back, taken
 from django_throttle.keyspace import client_tag
+from django_throttle.recording import shared
 from django_throttle.rules import get_rules
+from django_throttle.rules.cache import RedisVersion
 from django_throttle.store import Check, ClusterStore
 from django_throttle.store import cluster as cluster_store
 from django_throttle.store.breaker import CLOSED
@@ -336,3 +340,77 @@ def test_fail_open_on_the_sick_master_all_or_nothing_with_the_local_fallback(
     assert store.decide([Check(redis_hundred, on_healthy)], dry_run=True)[0].remaining == 98
     # Locally: the two requests Redis rejected took nothing.
     assert local_fallback.decide([other[0]], dry_run=True)[0].remaining == 97
+
+
+# -- what else talks to a master: rule refreshes, the rejection log, refunds ---------------
+
+
+def test_rule_refreshes_and_the_rejection_log_consult_their_own_master(
+    configured: ClusterHarness,
+) -> None:
+    """A sick master stops neither reading the rules version nor the rejection log's client
+    when their keys live on other masters; a sick master that holds them is not waited on."""
+    cluster = configured
+    version = RedisVersion()
+    holders = {
+        cluster.node_for_slot(key_slot(version.key.encode())),
+        cluster.node_for_slot(key_slot(shared.counts_key().encode())),
+    }
+    elsewhere = next(m.port for m in cluster.masters() if m.port not in holders)
+    closed = compiled(1, 5, "closed")
+    with out_of_memory(cluster, elsewhere):
+        assert flow.decide([Check(closed, on_master(cluster, elsewhere, "ip"))]).unavailable
+        assert breaker_state(elsewhere) != CLOSED
+        version.read()  # does not raise
+        assert shared.client() is not None
+    holder = cluster.node_for_slot(key_slot(version.key.encode()))
+    cluster_store.node_breakers.reset()
+    with out_of_memory(cluster, holder):
+        assert flow.decide([Check(closed, on_master(cluster, holder, "ip"))]).unavailable
+        with pytest.raises(redis.exceptions.ConnectionError, match="circuit breaker"):
+            version.read()
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_a_lease_on_a_healthy_master_is_given_back_beside_a_sick_one(
+    configured: ClusterHarness, asynchronous: bool
+) -> None:
+    cluster = configured
+    sick, healthy = (m.port for m in cluster.masters()[:2])
+    lease = build_rule(
+        id=1, name="lease", algorithm="concurrency", limit=1, period=HOUR, fail_mode="closed"
+    )
+    closed = compiled(2, 5, "closed")
+    client = on_master(cluster, healthy, "ip")
+
+    def body() -> list[bool]:
+        first = flow.decide([Check(lease, client)])
+        give_back(taken(first.results))
+        return [first.allowed, flow.decide([Check(lease, client)]).allowed]
+
+    async def abody() -> list[bool]:
+        first = await flow.adecide([Check(lease, client)])
+        await agive_back(taken(first.results))
+        return [first.allowed, (await flow.adecide([Check(lease, client)])).allowed]
+
+    with out_of_memory(cluster, sick):
+        assert flow.decide([Check(closed, on_master(cluster, sick, "ip"))]).unavailable
+        assert (run(abody) if asynchronous else body()) == [True, True]
+        assert breaker_state(healthy) == CLOSED
+
+
+def test_a_node_s_breaker_is_forgotten_when_the_slot_map_no_longer_names_it(
+    configured: ClusterHarness,
+) -> None:
+    cluster = configured
+    gone = "192.0.2.1:7000"  # a node that left the cluster
+    cluster_store.node_breakers.of(gone).failed(OSError("down"), 0)
+    store = ClusterStore(RedisCluster.from_url(cluster.url))
+    try:
+        store.decide([Check(compiled(1, 5, "closed"), "ip:203.0.113.1")])
+        assert gone in cluster_store.node_breakers.nodes()
+        store._refresh()  # as after a node's failure
+    finally:
+        store.close()
+    known = {f"{HOST}:{node.port}" for node in cluster.alive}
+    assert set(cluster_store.node_breakers.nodes()) <= known
