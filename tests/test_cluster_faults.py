@@ -8,6 +8,7 @@ promoted) during a fault: the slot map stays as it was, and the fault stays wher
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
@@ -28,7 +29,7 @@ from django_throttle.rules import get_rules
 from django_throttle.rules.cache import RedisVersion
 from django_throttle.store import Check, ClusterStore
 from django_throttle.store import cluster as cluster_store
-from django_throttle.store.breaker import CLOSED
+from django_throttle.store.breaker import CLOSED, OPEN
 from django_throttle.store.cluster import slot_of_tag
 from django_throttle.store.fallback import local_fallback
 from tests.helpers import rule, run, statuses
@@ -414,3 +415,37 @@ def test_a_node_s_breaker_is_forgotten_when_the_slot_map_no_longer_names_it(
         store.close()
     known = {f"{HOST}:{node.port}" for node in cluster.alive}
     assert set(cluster_store.node_breakers.nodes()) <= known
+
+
+@pytest.mark.usefixtures("throttle_middleware")
+def test_a_cancelled_probe_of_a_hung_master_frees_its_breaker(configured: ClusterHarness) -> None:
+    """Under ASGI, the probe of a hung master is cancelled (its client hangs up): the next
+    request to that master probes at once; a healthy master's client is served meanwhile."""
+    cluster = configured
+    rule("closed", r"^/users/\d+/$", 5, fail_mode="closed", algorithm="sliding_window_log")
+    by_master = addresses_by_master(cluster, 1)
+    sick, healthy = list(by_master)[:2]
+    (address,), (other,) = by_master[sick], by_master[healthy]
+    node = cluster.node(sick)
+    with database_kept_open():
+        app = ASGIHandler()
+
+        async def body() -> list[Any]:
+            seen = [(await asgi_get(app, PATH, client_ip=address))[0]]  # connected, loaded
+            node.pause()
+            try:
+                seen.append((await asgi_get(app, PATH, client_ip=address))[0])  # times out
+                assert breaker_state(sick) == OPEN
+                seen.append((await asgi_get(app, PATH, client_ip=other))[0])
+                await asyncio.sleep(INTERVAL)
+                hung_up = await asgi_get(app, PATH, disconnect_after=0.05, client_ip=address)
+                seen.append(hung_up[0])
+                assert breaker_state(sick) == OPEN  # given back: not PROBING
+            finally:
+                node.resume()
+            seen += [(await asgi_get(app, PATH, client_ip=address))[0] for _ in range(2)]
+            return seen
+
+        seen = run(body)
+    assert seen == [200, 503, 200, None, 200, 200]
+    assert breaker_state(sick) == CLOSED
