@@ -30,6 +30,7 @@ import asyncio
 import logging
 from binascii import crc_hqx
 from collections.abc import Sequence
+from inspect import signature
 from typing import Any
 
 from redis.asyncio.retry import Retry as AsyncRetry
@@ -140,6 +141,14 @@ def _node_of_slot(manager: Any, slot: int) -> str | None:
         return None
 
 
+def _refresh_kwargs(manager: Any, node: str | None) -> dict[str, Any]:
+    """initialize()'s arguments to ask the node that just failed for the slot map last (a
+    hung node would hold the refresh for a whole timeout); redis-py 5 has no such argument."""
+    if node is None or "last_failed_node_name" not in signature(manager.initialize).parameters:
+        return {}
+    return {"last_failed_node_name": node}
+
+
 def _still_missed(reply: Any) -> Any:
     """A group's reply sent again after a calendar miss, or the error if it missed again."""
     if not isinstance(reply, BaseException) and reply[1] == CLOCK_MISS:
@@ -197,6 +206,7 @@ class ClusterStore:
         self.client = client  # reset, the rules version, the slot map
         self._stacks: dict[str, ConnectionStack] = {}
         self._stale = False
+        self._suspect: str | None = None  # the node whose failure made the slot map stale
         self.clock = ServerClock()
 
     @classmethod
@@ -213,11 +223,13 @@ class ClusterStore:
 
     def _refresh(self) -> None:
         self._stale = False
+        manager = self.client.nodes_manager
         try:
-            self.client.nodes_manager.initialize()
+            manager.initialize(**_refresh_kwargs(manager, self._suspect))
         except BaseException:
             self._stale = True
             raise
+        self._suspect = None
         node_breakers.keep(self.client.nodes_manager.nodes_cache)
 
     def node_of_slot(self, slot: int) -> str | None:
@@ -247,9 +259,10 @@ class ClusterStore:
             raise MovedError(f"0 {host}:{port}")  # an address the cluster does not know
         return self._stack(node)
 
-    def _failed(self, exc: BaseException) -> None:
+    def _failed(self, exc: BaseException, slot: int) -> None:
         if not isinstance(exc, ResponseError) or not keeps(exc):
             self._stale = True  # a node gone or demoted: read the slot map before next time
+            self._suspect = self.node_of_slot(slot)
 
     def _run(self, slot: int, sha: str, source: str, args: list[Any]) -> Any:
         """One script call on the slot's master, following one redirection."""
@@ -262,7 +275,7 @@ class ClusterStore:
             except AskError as exc:
                 return self._asking(self._node_at(exc.host, exc.port), sha, source, args)
         except BaseException as exc:
-            self._failed(exc)
+            self._failed(exc, slot)
             raise
 
     def _asking(self, stack: ConnectionStack, sha: str, source: str, args: list[Any]) -> Any:
@@ -385,13 +398,13 @@ class ClusterStore:
             stack = self._master(slot)
             conn = stack.take()
         except Exception as exc:  # could not connect: the node may be gone
-            self._failed(exc)
+            self._failed(exc, slot)
             return exc
         try:
             conn.send_packed_command(conn.pack_command("EVALSHA", DECIDE_SHA, *args))
         except Exception as exc:
             stack.lost(conn, exc)
-            self._failed(exc)
+            self._failed(exc, slot)
             return exc
         return stack, conn
 
@@ -412,11 +425,11 @@ class ClusterStore:
                 return again
         except ResponseError as exc:
             stack.settle(conn, exc)
-            self._failed(exc)
+            self._failed(exc, slot)
             return exc
         except Exception as exc:
             stack.lost(conn, exc)
-            self._failed(exc)
+            self._failed(exc, slot)
             return exc
         stack.give(conn)
         return reply
@@ -441,6 +454,7 @@ class AsyncClusterStore:
         self._stacks: dict[str, AsyncConnectionStack] = {}
         self._ready = False
         self._stale = False
+        self._suspect: str | None = None
         self.clock = ServerClock()
 
     @classmethod
@@ -464,10 +478,12 @@ class AsyncClusterStore:
                 await self.client.initialize()
                 self._ready = True
             else:
-                await self.client.nodes_manager.initialize()
+                manager = self.client.nodes_manager
+                await manager.initialize(**_refresh_kwargs(manager, self._suspect))
         except BaseException:
             self._stale = True
             raise
+        self._suspect = None
         node_breakers.keep(self.client.nodes_manager.nodes_cache)
 
     def node_of_slot(self, slot: int) -> str | None:
@@ -488,9 +504,10 @@ class AsyncClusterStore:
     def _master(self, slot: int) -> AsyncConnectionStack:
         return self._stack(master_of(self.client.nodes_manager, slot))
 
-    def _failed(self, exc: BaseException) -> None:
+    def _failed(self, exc: BaseException, slot: int) -> None:
         if not isinstance(exc, ResponseError) or not keeps(exc):
             self._stale = True
+            self._suspect = self.node_of_slot(slot)
 
     async def _run(self, slot: int, sha: str, source: str, args: list[Any]) -> Any:
         try:
@@ -508,7 +525,7 @@ class AsyncClusterStore:
                     raise
                 return await self._asking(self._stack(node), sha, source, args)
         except BaseException as exc:
-            self._failed(exc)
+            self._failed(exc, slot)
             raise
 
     async def _asking(
