@@ -18,7 +18,8 @@ set, ``TIMEOUT`` and ``CONNECT_TIMEOUT`` 0.1 s, ``BREAKER_INTERVAL`` 2 s. One fa
 
 The load goes on for ``--seconds``. Printed: for the clients of the sick master and of the
 healthy ones, requests sent during the fault and their answers (all should be 200 on the
-healthy masters: nobody reaches the limit); then the median time of one decision on the
+healthy masters: nobody reaches the limit), how many took ``TIMEOUT`` or longer, and the
+slowest; then the median time of one decision on the
 healthy cluster, for a request of one slot group and of three, through the breakers
 (``engine.flow.decide``) and by the store alone.
 """
@@ -108,7 +109,7 @@ def load(app: Any, envs: list[tuple[str, dict[str, Any]]], seconds: float, fault
     """Requests from THREADS threads; (address, status) of those sent while ``fault`` was on."""
     stop = threading.Event()
     during = threading.Event()
-    answers: list[tuple[str, int]] = []
+    answers: list[tuple[str, int, float]] = []
     lock = threading.Lock()
 
     def worker(k: int) -> None:
@@ -118,11 +119,12 @@ def load(app: Any, envs: list[tuple[str, dict[str, Any]]], seconds: float, fault
             address, env = envs[i % len(envs)]
             i += 1
             counted = during.is_set()
+            sent = time.perf_counter()
             response = app(dict(env), lambda status, headers, exc_info=None: None)
             status = response.status_code
             response.close()
             if counted and during.is_set():
-                mine.append((address, status))
+                mine.append((address, status, time.perf_counter() - sent))
             time.sleep(PAUSE)
         with lock:
             answers.extend(mine)
@@ -229,7 +231,9 @@ def main() -> int:
         answers = load(app, envs, args.seconds, lambda: sick(cluster, victim, args.fault))
         rows = []
         for label, on_victim in (("the sick master", True), ("the two healthy masters", False)):
-            mine = [s for a, s in answers if (master_of[a] == victim) == on_victim]
+            mine = [s for a, s, _ in answers if (master_of[a] == victim) == on_victim]
+            waits = [w for a, _, w in answers if (master_of[a] == victim) == on_victim]
+            slow = sum(1 for w in waits if w >= SETTINGS["TIMEOUT"])
             counts = Counter(mine)
             clients = sum(1 for a in addresses if (master_of[a] == victim) == on_victim)
             rows.append(
@@ -240,9 +244,14 @@ def main() -> int:
                     counts[200],
                     counts[503],
                     len(mine) - counts[200] - counts[503],
+                    slow,
+                    f"{max(waits) * 1000:.0f}",
                 )
             )
-        harness.table(("clients of", "clients", "requests", "200", "503", "other"), rows)
+        harness.table(
+            ("clients of", "clients", "requests", "200", "503", "other", ">= TIMEOUT", "max ms"),
+            rows,
+        )
         if args.fault == "kill":
             cluster.wait_steady(replicas=True)
         print(
