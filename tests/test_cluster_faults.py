@@ -418,10 +418,14 @@ def test_a_node_s_breaker_is_forgotten_when_the_slot_map_no_longer_names_it(
 
 
 @pytest.mark.usefixtures("throttle_middleware")
-def test_a_cancelled_probe_of_a_hung_master_frees_its_breaker(configured: ClusterHarness) -> None:
+def test_a_cancelled_probe_of_a_hung_master_frees_its_breaker(
+    configured: ClusterHarness, settings: Any
+) -> None:
     """Under ASGI, the probe of a hung master is cancelled (its client hangs up): the next
     request to that master probes at once; a healthy master's client is served meanwhile."""
     cluster = configured
+    # The probe waits far longer than its client takes to hang up, even on a loaded machine.
+    settings.DJANGO_THROTTLE = {**settings.DJANGO_THROTTLE, "TIMEOUT": 1.0, "CONNECT_TIMEOUT": 1.0}
     rule("closed", r"^/users/\d+/$", 5, fail_mode="closed", algorithm="sliding_window_log")
     by_master = addresses_by_master(cluster, 1)
     sick, healthy = list(by_master)[:2]
