@@ -39,7 +39,7 @@ from tests.traffic import asgi_get, database_kept_open, wait_until
 pytestmark = [pytest.mark.topology, pytest.mark.django_db]
 
 INTERVAL = 1.0  # BREAKER_INTERVAL
-TIMEOUT = 0.25  # the decision timeout: a hung master costs one request this, per interval
+TIMEOUT = 0.5  # the decision timeout: a hung master costs one request this, per interval
 HOUR = 3600
 PATH = "/users/1/"  # rule "closed": 5 per hour per ip, fail_mode=closed
 
