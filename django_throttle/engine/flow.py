@@ -146,9 +146,9 @@ def _log_key_error(rule: CompiledRule) -> None:
         )
 
 
-def _summarize(checks: Sequence[Check], outcome: list[Result] | StoreUnavailable) -> Decision:
+def _summarize(outcome: list[Result] | StoreUnavailable) -> Decision:
     if isinstance(outcome, StoreUnavailable):
-        for check in checks:
+        for check in outcome.checks:  # those the store could not decide (a cluster: some)
             if check.rule.fails_closed(conf.FAIL_OPEN):
                 return unavailable(check.rule, outcome.retry_after, check.identity)
         if outcome.results is None:
@@ -208,7 +208,7 @@ def _learn(
     """The decision of a store call, after the block cache kept its rejections."""
     if blocked is not None and not dry_run and not isinstance(outcome, StoreUnavailable):
         remember(blocked, checks, outcome)
-    return _summarize(checks, outcome)
+    return _summarize(outcome)
 
 
 def settle(request: Any, gathered: Gathered, decision: Decision, dry_run: bool = False) -> Decision:

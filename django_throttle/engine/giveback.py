@@ -18,9 +18,9 @@ from ..choices import Algorithm
 from ..conf import conf
 from ..rules import clients_reset
 from ..store import Check, Result, get_store
-from ..store.breaker import CLOSED
+from ..store.breaker import CLOSED, Breaker
 from ..store.errors import STORE_ERRORS
-from ..store.fallback import async_store, breaker, breaker_moved, local_fallback
+from ..store.fallback import async_store, breaker, breaker_moved, by_node, local_fallback
 
 logger = logging.getLogger("django_throttle")
 
@@ -49,11 +49,18 @@ def give_back(refunds: Sequence[Refund]) -> None:
     """Refund these checks where they were decided."""
     remote = _split(refunds)
     if remote:
-        with _guarded() as allowed:
+        with _guarded(breaker) as allowed:
             if allowed:
                 store = get_store()
                 for refund in remote:
-                    store.refund(refund.checks, refund.at)
+                    # On a cluster, each master's part behind its own breaker.
+                    for guard, checks in by_node(store, refund.checks):
+                        if guard is None:
+                            store.refund(checks, refund.at)
+                            continue
+                        with _guarded(guard) as node_allowed:
+                            if node_allowed:
+                                store.refund(checks, refund.at)
 
 
 async def agive_back(refunds: Sequence[Refund]) -> None:
@@ -63,17 +70,24 @@ async def agive_back(refunds: Sequence[Refund]) -> None:
         return
     remote = _split(refunds, on_loop=True)
     if remote:
-        with _guarded() as allowed:
+        with _guarded(breaker) as allowed:
             if allowed:
                 store = await async_store()
                 for refund in remote:
-                    await store.refund(refund.checks, refund.at)
+                    for guard, checks in by_node(store, refund.checks):
+                        if guard is None:
+                            await store.refund(checks, refund.at)
+                            continue
+                        with _guarded(guard) as node_allowed:
+                            if node_allowed:
+                                await store.refund(checks, refund.at)
 
 
 @contextmanager
-def _guarded() -> Iterator[bool]:
-    """The breaker around the store calls of a refund: whether they may be made; a store
-    error is reported to the breaker and the refund dropped, never raised."""
+def _guarded(breaker: Breaker) -> Iterator[bool]:
+    """A breaker around the store calls of a refund (the store's, or on a cluster a master's):
+    whether they may be made; a store error is reported to it and the refund dropped, never
+    raised."""
     global _dropping
     token = breaker.allow()
     if token is None:

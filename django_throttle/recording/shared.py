@@ -24,7 +24,7 @@ from redis.exceptions import NoScriptError
 from ..conf import conf
 from ..store import get_store
 from ..store.errors import STORE_ERRORS
-from ..store.fallback import breaker
+from ..store.fallback import breaker, node_open
 from ..store.redis import sha1
 from .database import NAMED_PER_PERIOD, NAMED_PER_RULE, Counts, Entry
 from .text import OVERFLOW_DISPLAY, OVERFLOW_KEY
@@ -57,13 +57,17 @@ class PushFailed(Exception):
 
 def client() -> Any | None:
     """The store's Redis client, or None when counts stay in the process (the memory
-    backend), the store cannot be built, or the breaker says Redis failed moments ago."""
+    backend), the store cannot be built, or a breaker says Redis (on a cluster: the master
+    of these counts' slot) failed moments ago."""
     if not conf.uses_redis or breaker.is_open():
         return None
     try:
-        return getattr(get_store(), "client", None)
+        store = get_store()
     except Exception:  # settings the system checks report; recording must not raise
         return None
+    if node_open(store, counts_key()):
+        return None
+    return getattr(store, "client", None)
 
 
 def _base() -> str:

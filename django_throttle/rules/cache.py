@@ -28,7 +28,7 @@ from ..compiled import CompiledRule, compile_rule, with_overrides
 from ..conf import conf
 from ..models import Override, Rule
 from ..store import get_store
-from ..store.fallback import breaker
+from ..store.fallback import breaker, node_open
 from .ruleset import RuleSet
 
 logger = logging.getLogger("django_throttle")
@@ -67,7 +67,9 @@ class RedisVersion:
 
     def read_tokens(self) -> tuple[Any, Any]:
         """The rules version and the blocks token, in one round trip."""
-        if breaker.is_open():  # the store failed moments ago: keep the rules, don't wait on it
+        # The store (on a cluster: these keys' master) failed moments ago: keep the rules,
+        # don't wait on it.
+        if breaker.is_open() or node_open(get_store(), self.key):
             raise ConnectionError("the store is unavailable (circuit breaker open)")
         version, blocks = self._client().mget([self.key, self.blocks_key])
         return version, blocks
@@ -76,7 +78,8 @@ class RedisVersion:
         self._client().set(self.key, uuid.uuid4().hex, ex=VERSION_KEY_TTL)
 
     def bump_blocks(self) -> None:
-        if breaker.is_open():  # retried at the next refresh rather than waited on now
+        # Retried at the next refresh rather than waited on now.
+        if breaker.is_open() or node_open(get_store(), self.blocks_key):
             raise ConnectionError("the store is unavailable (circuit breaker open)")
         self._client().set(self.blocks_key, uuid.uuid4().hex, ex=VERSION_KEY_TTL)
 

@@ -9,6 +9,9 @@ A probe can never hold the breaker: a probe cut short (a cancelled task, an
 exception that is not a store error) gives the probe back at once, and a probe
 that never reports (its thread gone) is presumed lost after one interval, when
 another request may probe.
+
+On a Redis Cluster each master has a breaker of its own (``NodeBreakers``), so a master that
+fails keeps requests off that master only.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from ..signals import store_state_changed
 
@@ -32,10 +35,14 @@ class Breaker:
     says nothing about the store now), and only the probe's success closes the breaker."""
 
     def __init__(
-        self, interval: Callable[[], float], clock: Callable[[], float] = time.monotonic
+        self,
+        interval: Callable[[], float],
+        clock: Callable[[], float] = time.monotonic,
+        node: str | None = None,
     ) -> None:
         self._interval = interval
         self._clock = clock
+        self.node = node  # a cluster node's address; None: the whole store
         self._lock = threading.Lock()
         self.state = CLOSED
         self._open_until = 0.0
@@ -92,8 +99,18 @@ class Breaker:
                 return
             self.state = CLOSED
             self._epoch += 1
-        logger.warning("django_throttle: the store is reachable again; limiting in Redis resumes")
-        _changed(available=True)
+        if self.node is None:
+            logger.warning(
+                "django_throttle: the store is reachable again; limiting in Redis resumes"
+            )
+            _changed(available=True)
+        else:
+            logger.warning(
+                "django_throttle: the Redis Cluster node %s is reachable again; limiting of the "
+                "clients whose slots it holds resumes",
+                self.node,
+            )
+            _changed(available=True, node=self.node)
 
     def failed(self, exc: BaseException, token: int) -> None:
         with self._lock:
@@ -102,7 +119,9 @@ class Breaker:
             was = self.state
             self.state = OPEN
             self._open_until = self._clock() + self._interval()
-        if was == CLOSED:
+        if was != CLOSED:
+            return
+        if self.node is None:
             logger.error(
                 "django_throttle: the store is unavailable (%r); rules apply their fail modes "
                 "and the store is retried every %.1f s",
@@ -110,6 +129,59 @@ class Breaker:
                 self._interval(),
             )
             _changed(available=False, error=exc)
+        else:
+            logger.error(
+                "django_throttle: the Redis Cluster node %s is unavailable (%r); rules apply "
+                "their fail modes to the clients whose slots it holds, and it is retried every "
+                "%.1f s",
+                self.node,
+                exc,
+                self._interval(),
+            )
+            _changed(available=False, error=exc, node=self.node)
+
+
+class NodeBreakers:
+    """A breaker per Redis Cluster node, by address (``host:port``): made when a node is
+    first seen, forgotten when the slot map no longer names it, so there are never more
+    than the cluster has nodes (plus those seen since its map was last read)."""
+
+    def __init__(
+        self, interval: Callable[[], float], clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._interval = interval
+        self._clock = clock
+        self._breakers: dict[str, Breaker] = {}
+
+    def of(self, node: str) -> Breaker:
+        """The node's breaker (closed when new)."""
+        found = self._breakers.get(node)
+        if found is None:
+            made = Breaker(self._interval, self._clock, node=node)
+            found = self._breakers.setdefault(node, made)  # one breaker if threads race
+        return found
+
+    def keep(self, nodes: Collection[str]) -> None:
+        """Forget the breakers of nodes that are not among ``nodes`` (the slot map's)."""
+        for node in list(self._breakers):
+            if node not in nodes:
+                self._breakers.pop(node, None)
+
+    def is_open(self, node: str) -> bool:
+        """Whether this node failed less than the interval ago (without taking the probe)."""
+        found = self._breakers.get(node)
+        return found is not None and found.is_open()
+
+    def all_closed(self) -> bool:
+        return all(b.state == CLOSED for b in list(self._breakers.values()))
+
+    def nodes(self) -> list[str]:
+        """The nodes that have a breaker now."""
+        return list(self._breakers)
+
+    def reset(self) -> None:
+        """Forget every node's breaker: all closed again."""
+        self._breakers.clear()
 
 
 def _changed(**kwargs: object) -> None:

@@ -13,6 +13,11 @@ committed are refunded by a second call (refund.lua). Between the two calls,
 another request of the same client can see the reservation: for about one round
 trip, a count is higher than it will be.
 
+Each master has a circuit breaker of its own (``node_breakers``): store/fallback.py sends
+a group only if its master's breaker lets it, and applies the fail modes to the groups whose
+master failed, so a master that is down, hung or full affects only the clients whose slots
+it holds.
+
 Redirections are followed: ``MOVED`` (the slot has a new owner: the slot map is
 read again) and ``ASK`` (the slot is migrating: this one call goes to the target
 with ``ASKING``). A connection error or ``CLUSTERDOWN`` marks the slot map stale;
@@ -25,15 +30,19 @@ import asyncio
 import logging
 from binascii import crc_hqx
 from collections.abc import Sequence
+from inspect import signature
 from typing import Any
 
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
+from redis.crc import key_slot
 from redis.exceptions import AskError, MovedError, NoScriptError, ResponseError
 
 from ..compiled import CompiledRule
+from ..conf import conf
 from ..keyspace import BLOCK_SUFFIX, client_tag
 from .base import Check, Result, state_key
+from .breaker import NodeBreakers
 from .connections import (
     AsyncConnectionStack,
     ConnectionStack,
@@ -61,6 +70,9 @@ logger = logging.getLogger("django_throttle")
 
 SLOTS = 16384
 
+# The process's breakers of cluster nodes, shared by the sync store and every event loop's.
+node_breakers = NodeBreakers(lambda: conf.BREAKER_INTERVAL)
+
 
 def slot_of_tag(tag: str) -> int:
     """The cluster slot of every key carrying this hash tag (``{...}``)."""
@@ -79,15 +91,69 @@ def group_by_slot(checks: Sequence[Check]) -> dict[int, list[int]]:
     return groups
 
 
+class Plan:
+    """A request's checks by slot group: each group's slot, check indices and master."""
+
+    __slots__ = ("checks", "groups", "nodes", "slots")
+
+    def __init__(
+        self, checks: Sequence[Check], slots: list[int], groups: list[list[int]], nodes: list[str]
+    ) -> None:
+        self.checks = checks
+        self.slots = slots
+        self.groups = groups
+        self.nodes = nodes  # the address of each group's master ("host:port")
+
+    def group(self, number: int) -> Sequence[Check]:
+        if len(self.groups) == 1:
+            return self.checks
+        return [self.checks[i] for i in self.groups[number]]
+
+
+def master_of(manager: Any, slot: int) -> Any:
+    """The slot's master in redis-py's slot map. Read from the map itself: redis-py's
+    get_node_from_slot() takes a lock and goes through a deprecation wrapper, several
+    microseconds a call, and a decision asks twice."""
+    nodes = manager.slots_cache.get(slot)
+    if not nodes:
+        return manager.get_node_from_slot(slot)  # raises SlotNotCoveredError
+    return nodes[0]
+
+
+def _plan(manager: Any, checks: Sequence[Check]) -> Plan:
+    by_slot = group_by_slot(checks)
+    slots = list(by_slot)
+    nodes = [master_of(manager, slot).name for slot in slots]
+    return Plan(checks, slots, list(by_slot.values()), nodes)
+
+
+def _numbers(plan: Plan, tokens: Sequence[int | None] | None) -> list[int]:
+    """The groups to send: those whose token is not None (all without tokens)."""
+    if tokens is None:
+        return list(range(len(plan.slots)))
+    return [n for n, token in enumerate(tokens) if token is not None]
+
+
+def _node_of_slot(manager: Any, slot: int) -> str | None:
+    try:
+        return str(master_of(manager, slot).name)
+    except Exception:  # no slot map yet, or the slot not served
+        return None
+
+
+def _refresh_kwargs(manager: Any, node: str | None) -> dict[str, Any]:
+    """initialize()'s arguments to ask the node that just failed for the slot map last (a
+    hung node would hold the refresh for a whole timeout); redis-py 5 has no such argument."""
+    if node is None or "last_failed_node_name" not in signature(manager.initialize).parameters:
+        return {}
+    return {"last_failed_node_name": node}
+
+
 def _still_missed(reply: Any) -> Any:
     """A group's reply sent again after a calendar miss, or the error if it missed again."""
     if not isinstance(reply, BaseException) and reply[1] == CLOCK_MISS:
         return CalendarMissError()
     return reply
-
-
-def _committed(reply: Sequence[int], dry_run: bool) -> bool:
-    return not dry_run and reply[1] == 1
 
 
 def _to_refund(checks: Sequence[Check], indices: list[int], reply: Sequence[int]) -> list[Check]:
@@ -96,14 +162,18 @@ def _to_refund(checks: Sequence[Check], indices: list[int], reply: Sequence[int]
     return [checks[i] for k, i in enumerate(indices) if reply[2 + REPLY_FIELDS * k] == 1]
 
 
-def _assemble(
-    checks: Sequence[Check],
-    groups: list[list[int]],
-    replies: list[Sequence[int]],
-    refunded: set[int],
-) -> list[Result]:
+def answered(reply: Any) -> bool:
+    """Whether a group's reply is decide.lua's (not an error, not kept back)."""
+    return reply is not None and not isinstance(reply, BaseException)
+
+
+def assemble(plan: Plan, replies: Sequence[Any], refunded: set[int]) -> list[Result]:
+    """The results of the groups that answered, in the order of the checks."""
+    checks = plan.checks
     results: list[Result | None] = [None] * len(checks)
-    for number, (indices, reply) in enumerate(zip(groups, replies, strict=True)):
+    for number, (indices, reply) in enumerate(zip(plan.groups, replies, strict=True)):
+        if not answered(reply):
+            continue
         parsed = parse_reply([checks[i] for i in indices], reply)
         for i, result in zip(indices, parsed, strict=True):
             if number in refunded and result.allowed:
@@ -116,6 +186,19 @@ def _assemble(
     return [r for r in results if r is not None]
 
 
+def _first_error(replies: Sequence[Any]) -> BaseException | None:
+    return next((r for r in replies if isinstance(r, BaseException)), None)
+
+
+def _to_give_back(plan: Plan, replies: Sequence[Any]) -> list[tuple[int, list[Check], int]]:
+    """(group, checks, time) of every group that committed: decide.lua admitted it."""
+    return [
+        (number, _to_refund(plan.checks, plan.groups[number], reply), reply[0])
+        for number, reply in enumerate(replies)
+        if answered(reply) and reply[1] == 1
+    ]
+
+
 class ClusterStore:
     """Decisions on a Redis Cluster, through redis-py's RedisCluster for the slot map."""
 
@@ -123,6 +206,7 @@ class ClusterStore:
         self.client = client  # reset, the rules version, the slot map
         self._stacks: dict[str, ConnectionStack] = {}
         self._stale = False
+        self._suspect: str | None = None  # the node whose failure made the slot map stale
         self.clock = ServerClock()
 
     @classmethod
@@ -139,11 +223,21 @@ class ClusterStore:
 
     def _refresh(self) -> None:
         self._stale = False
+        manager = self.client.nodes_manager
         try:
-            self.client.nodes_manager.initialize()
+            manager.initialize(**_refresh_kwargs(manager, self._suspect))
         except BaseException:
             self._stale = True
             raise
+        self._suspect = None
+        node_breakers.keep(self.client.nodes_manager.nodes_cache)
+
+    def node_of_slot(self, slot: int) -> str | None:
+        """The address of the slot's master, as the slot map last read says; None if unknown."""
+        return _node_of_slot(self.client.nodes_manager, slot)
+
+    def node_of_key(self, key: str) -> str | None:
+        return self.node_of_slot(key_slot(key.encode("utf-8")))
 
     def _stack(self, node: Any) -> ConnectionStack:
         # By address: a refreshed slot map may bring new node objects for the same server.
@@ -154,7 +248,7 @@ class ClusterStore:
         return stack
 
     def _master(self, slot: int) -> ConnectionStack:
-        return self._stack(self.client.nodes_manager.get_node_from_slot(slot))
+        return self._stack(master_of(self.client.nodes_manager, slot))
 
     def _node_at(self, host: str, port: int) -> ConnectionStack:
         node = self.client.nodes_manager.get_node(host=host, port=port)
@@ -165,9 +259,10 @@ class ClusterStore:
             raise MovedError(f"0 {host}:{port}")  # an address the cluster does not know
         return self._stack(node)
 
-    def _failed(self, exc: BaseException) -> None:
+    def _failed(self, exc: BaseException, slot: int) -> None:
         if not isinstance(exc, ResponseError) or not keeps(exc):
             self._stale = True  # a node gone or demoted: read the slot map before next time
+            self._suspect = self.node_of_slot(slot)
 
     def _run(self, slot: int, sha: str, source: str, args: list[Any]) -> Any:
         """One script call on the slot's master, following one redirection."""
@@ -180,7 +275,7 @@ class ClusterStore:
             except AskError as exc:
                 return self._asking(self._node_at(exc.host, exc.port), sha, source, args)
         except BaseException as exc:
-            self._failed(exc)
+            self._failed(exc, slot)
             raise
 
     def _asking(self, stack: ConnectionStack, sha: str, source: str, args: list[Any]) -> Any:
@@ -205,39 +300,78 @@ class ClusterStore:
     def decide(self, checks: Sequence[Check], dry_run: bool = False) -> list[Result]:
         if not checks:
             return []
+        plan = self.plan(checks)
+        return self.settle(plan, self.send(plan, dry_run), dry_run)
+
+    def plan(self, checks: Sequence[Check]) -> Plan:
+        """The request's slot groups and their masters (the slot map read again if stale)."""
         if self._stale:
             self._refresh()
-        by_slot = group_by_slot(checks)
-        if len(by_slot) == 1:
-            (slot,) = by_slot
-            reply = self._run(
-                slot, DECIDE_SHA, DECIDE_SOURCE, decide_input(checks, dry_run, self.clock)
-            )
-            if self.clock.missed(reply):
-                reply = self._run(
-                    slot, DECIDE_SHA, DECIDE_SOURCE, decide_input(checks, dry_run, self.clock)
-                )
-            return parse_reply(checks, reply)
-        slots = list(by_slot)
-        groups = list(by_slot.values())
-        inputs = [
-            decide_input([checks[i] for i in indices], dry_run, self.clock) for indices in groups
-        ]
-        replies = self._concurrently(slots, inputs)
-        for number, reply in enumerate(replies):
+        return _plan(self.client.nodes_manager, checks)
+
+    def send(
+        self, plan: Plan, dry_run: bool, tokens: Sequence[int | None] | None = None
+    ) -> list[Any]:
+        """Each group's decide.lua reply, or the exception it ended with; None for a group not
+        sent (its token is None). Every group is sent before any reply is read."""
+        numbers = _numbers(plan, tokens)
+        replies: list[Any] = [None] * len(plan.slots)
+        if len(numbers) == 1:
+            (number,) = numbers
+            replies[number] = self._decide_group(plan.slots[number], plan.group(number), dry_run)
+            return replies
+        slots = [plan.slots[n] for n in numbers]
+        inputs = [decide_input(plan.group(n), dry_run, self.clock) for n in numbers]
+        for number, reply in zip(numbers, self._concurrently(slots, inputs), strict=True):
             if not isinstance(reply, BaseException) and self.clock.missed(reply):
-                group = [checks[i] for i in groups[number]]
-                try:
-                    again = self._run(
-                        slots[number],
-                        DECIDE_SHA,
-                        DECIDE_SOURCE,
-                        decide_input(group, dry_run, self.clock),
-                    )
-                except Exception as exc:
-                    again = exc
-                replies[number] = _still_missed(again)
-        return self._settle(checks, slots, groups, replies, dry_run)
+                reply = _still_missed(
+                    self._attempt(plan.slots[number], plan.group(number), dry_run)
+                )
+            replies[number] = reply
+        return replies
+
+    def _attempt(self, slot: int, group: Sequence[Check], dry_run: bool) -> Any:
+        """One decide.lua call for a group: its reply, or the exception it ended with."""
+        try:
+            return self._run(
+                slot, DECIDE_SHA, DECIDE_SOURCE, decide_input(group, dry_run, self.clock)
+            )
+        except Exception as exc:
+            return exc
+
+    def _decide_group(self, slot: int, group: Sequence[Check], dry_run: bool) -> Any:
+        reply = self._attempt(slot, group, dry_run)
+        if not isinstance(reply, BaseException) and self.clock.missed(reply):
+            reply = _still_missed(self._attempt(slot, group, dry_run))
+        return reply
+
+    def settle(self, plan: Plan, replies: list[Any], dry_run: bool) -> list[Result]:
+        """The results of a request every group answered (or raise the first group's error),
+        after refunding the groups that committed a request not admitted as a whole."""
+        if len(replies) == 1:
+            (reply,) = replies
+            if isinstance(reply, BaseException):
+                raise reply
+            return parse_reply(plan.checks, reply)
+        error = _first_error(replies)
+        rejected = error is not None or any(r[1] == 0 for r in replies)
+        refunded = self.refund_committed(plan, replies) if rejected and not dry_run else set()
+        if error is not None:
+            raise error
+        return assemble(plan, replies, refunded)
+
+    def refund_committed(self, plan: Plan, replies: Sequence[Any]) -> set[int]:
+        """Give back what the groups that committed took, for a request not admitted as a
+        whole; the groups given back (a refund that fails is logged)."""
+        refunded: set[int] = set()
+        for number, group, at in _to_give_back(plan, replies):
+            try:
+                self._run(plan.slots[number], REFUND_SHA, REFUND_SOURCE, refund_input(group, at))
+            except STORE_ERRORS as exc:
+                logger.warning("django_throttle: a cross-slot refund failed (%r)", exc)
+            else:
+                refunded.add(number)
+        return refunded
 
     def _concurrently(self, slots: list[int], inputs: list[list[Any]]) -> list[Any]:
         """One decide.lua call per slot group, all sent before any reply is read.
@@ -264,13 +398,13 @@ class ClusterStore:
             stack = self._master(slot)
             conn = stack.take()
         except Exception as exc:  # could not connect: the node may be gone
-            self._failed(exc)
+            self._failed(exc, slot)
             return exc
         try:
             conn.send_packed_command(conn.pack_command("EVALSHA", DECIDE_SHA, *args))
         except Exception as exc:
             stack.lost(conn, exc)
-            self._failed(exc)
+            self._failed(exc, slot)
             return exc
         return stack, conn
 
@@ -291,43 +425,14 @@ class ClusterStore:
                 return again
         except ResponseError as exc:
             stack.settle(conn, exc)
-            self._failed(exc)
+            self._failed(exc, slot)
             return exc
         except Exception as exc:
             stack.lost(conn, exc)
-            self._failed(exc)
+            self._failed(exc, slot)
             return exc
         stack.give(conn)
         return reply
-
-    def _settle(
-        self,
-        checks: Sequence[Check],
-        slots: list[int],
-        groups: list[list[int]],
-        replies: list[Any],
-        dry_run: bool,
-    ) -> list[Result]:
-        """Refund the groups that committed a request that is not admitted as a whole."""
-        error = next((r for r in replies if isinstance(r, BaseException)), None)
-        rejected = error is not None or any(r[1] == 0 for r in replies)
-        refunded: set[int] = set()
-        if rejected and not dry_run:
-            for number, reply in enumerate(replies):
-                if isinstance(reply, BaseException) or not _committed(reply, dry_run):
-                    continue
-                group = _to_refund(checks, groups[number], reply)
-                try:
-                    self._run(
-                        slots[number], REFUND_SHA, REFUND_SOURCE, refund_input(group, reply[0])
-                    )
-                except STORE_ERRORS as exc:
-                    logger.warning("django_throttle: a cross-slot refund failed (%r)", exc)
-                else:
-                    refunded.add(number)
-        if error is not None:
-            raise error
-        return _assemble(checks, groups, replies, refunded)
 
     def reset(self, rule: CompiledRule, identity: str) -> None:
         key = state_key(rule, identity)
@@ -349,6 +454,7 @@ class AsyncClusterStore:
         self._stacks: dict[str, AsyncConnectionStack] = {}
         self._ready = False
         self._stale = False
+        self._suspect: str | None = None
         self.clock = ServerClock()
 
     @classmethod
@@ -372,10 +478,20 @@ class AsyncClusterStore:
                 await self.client.initialize()
                 self._ready = True
             else:
-                await self.client.nodes_manager.initialize()
+                manager = self.client.nodes_manager
+                await manager.initialize(**_refresh_kwargs(manager, self._suspect))
         except BaseException:
             self._stale = True
             raise
+        self._suspect = None
+        node_breakers.keep(self.client.nodes_manager.nodes_cache)
+
+    def node_of_slot(self, slot: int) -> str | None:
+        """The address of the slot's master, as the slot map last read says; None if unknown."""
+        return _node_of_slot(self.client.nodes_manager, slot)
+
+    def node_of_key(self, key: str) -> str | None:
+        return self.node_of_slot(key_slot(key.encode("utf-8")))
 
     def _stack(self, node: Any) -> AsyncConnectionStack:
         stack = self._stacks.get(node.name)
@@ -386,11 +502,12 @@ class AsyncClusterStore:
         return stack
 
     def _master(self, slot: int) -> AsyncConnectionStack:
-        return self._stack(self.client.nodes_manager.get_node_from_slot(slot))
+        return self._stack(master_of(self.client.nodes_manager, slot))
 
-    def _failed(self, exc: BaseException) -> None:
+    def _failed(self, exc: BaseException, slot: int) -> None:
         if not isinstance(exc, ResponseError) or not keeps(exc):
             self._stale = True
+            self._suspect = self.node_of_slot(slot)
 
     async def _run(self, slot: int, sha: str, source: str, args: list[Any]) -> Any:
         try:
@@ -408,7 +525,7 @@ class AsyncClusterStore:
                     raise
                 return await self._asking(self._stack(node), sha, source, args)
         except BaseException as exc:
-            self._failed(exc)
+            self._failed(exc, slot)
             raise
 
     async def _asking(
@@ -435,58 +552,71 @@ class AsyncClusterStore:
     async def decide(self, checks: Sequence[Check], dry_run: bool = False) -> list[Result]:
         if not checks:
             return []
+        plan = await self.plan(checks)
+        return await self.settle(plan, await self.send(plan, dry_run), dry_run)
+
+    async def plan(self, checks: Sequence[Check]) -> Plan:
         if self._stale or not self._ready:
             await self._refresh()
-        by_slot = group_by_slot(checks)
-        if len(by_slot) == 1:
-            (slot,) = by_slot
-            reply = await self._run(
-                slot, DECIDE_SHA, DECIDE_SOURCE, decide_input(checks, dry_run, self.clock)
-            )
-            if self.clock.missed(reply):
-                reply = await self._run(
-                    slot, DECIDE_SHA, DECIDE_SOURCE, decide_input(checks, dry_run, self.clock)
+        return _plan(self.client.nodes_manager, checks)
+
+    async def send(
+        self, plan: Plan, dry_run: bool, tokens: Sequence[int | None] | None = None
+    ) -> list[Any]:
+        """ClusterStore.send(): the groups awaited together."""
+        numbers = _numbers(plan, tokens)
+        replies: list[Any] = [None] * len(plan.slots)
+        if len(numbers) == 1:
+            (number,) = numbers
+            try:
+                replies[number] = await self._decide_group(
+                    plan.slots[number], plan.group(number), dry_run
                 )
-            return parse_reply(checks, reply)
-        slots = list(by_slot)
-        groups = list(by_slot.values())
-        replies = await asyncio.gather(
-            *(
-                self._decide_group(slot, [checks[i] for i in indices], dry_run)
-                for slot, indices in zip(slots, groups, strict=True)
-            ),
+            except Exception as exc:
+                replies[number] = exc
+            return replies
+        got = await asyncio.gather(
+            *(self._decide_group(plan.slots[n], plan.group(n), dry_run) for n in numbers),
             return_exceptions=True,
         )
-        for reply in replies:
+        for number, reply in zip(numbers, got, strict=True):
             if isinstance(reply, BaseException) and not isinstance(reply, Exception):
                 raise reply  # cancelled: the others were cancelled with it
-        error = next((r for r in replies if isinstance(r, BaseException)), None)
-        rejected = error is not None or any(r[1] == 0 for r in replies)  # type: ignore[index]
-        refunded: set[int] = set()
-        if rejected and not dry_run:
-            refunds, numbers = [], []
-            for number, reply in enumerate(replies):
-                if isinstance(reply, BaseException) or not _committed(reply, dry_run):
-                    continue
-                group = _to_refund(checks, groups[number], reply)
-                refunds.append(
-                    self._run(
-                        slots[number], REFUND_SHA, REFUND_SOURCE, refund_input(group, reply[0])
-                    )
-                )
-                numbers.append(number)
-            # Shielded: a request cancelled now still gives back what it took.
-            outcomes = await asyncio.shield(asyncio.gather(*refunds, return_exceptions=True))
-            for number, outcome in zip(numbers, outcomes, strict=True):
-                if isinstance(outcome, BaseException):
-                    logger.warning("django_throttle: a cross-slot refund failed (%r)", outcome)
-                else:
-                    refunded.add(number)
+            replies[number] = reply
+        return replies
+
+    async def settle(self, plan: Plan, replies: list[Any], dry_run: bool) -> list[Result]:
+        """ClusterStore.settle()."""
+        if len(replies) == 1:
+            (reply,) = replies
+            if isinstance(reply, BaseException):
+                raise reply
+            return parse_reply(plan.checks, reply)
+        error = _first_error(replies)
+        rejected = error is not None or any(r[1] == 0 for r in replies)
+        refunded = await self.refund_committed(plan, replies) if rejected and not dry_run else set()
         if error is not None:
             raise error
-        return _assemble(checks, groups, list(replies), refunded)  # type: ignore[arg-type]
+        return assemble(plan, replies, refunded)
 
-    async def _decide_group(self, slot: int, group: list[Check], dry_run: bool) -> Any:
+    async def refund_committed(self, plan: Plan, replies: Sequence[Any]) -> set[int]:
+        """ClusterStore.refund_committed(), the refunds awaited together."""
+        given = _to_give_back(plan, replies)
+        refunds = [
+            self._run(plan.slots[number], REFUND_SHA, REFUND_SOURCE, refund_input(group, at))
+            for number, group, at in given
+        ]
+        # Shielded: a request cancelled now still gives back what it took.
+        outcomes = await asyncio.shield(asyncio.gather(*refunds, return_exceptions=True))
+        refunded: set[int] = set()
+        for (number, _, _), outcome in zip(given, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                logger.warning("django_throttle: a cross-slot refund failed (%r)", outcome)
+            else:
+                refunded.add(number)
+        return refunded
+
+    async def _decide_group(self, slot: int, group: Sequence[Check], dry_run: bool) -> Any:
         reply = await self._run(
             slot, DECIDE_SHA, DECIDE_SOURCE, decide_input(group, dry_run, self.clock)
         )

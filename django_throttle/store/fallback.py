@@ -4,6 +4,11 @@ A circuit breaker keeps requests from waiting on a store that just failed; while
 it is open, fail-open rules are enforced per process by an in-memory store (the
 local fallback, unless LOCAL_FALLBACK is off) and fail-closed rules are
 reported unavailable, which the caller answers with 503.
+
+On a Redis Cluster, each slot group of a request is sent only if the breaker of its master
+lets it (cluster.node_breakers); the groups of the masters that failed follow the fail modes
+and the others are decided in Redis, all or nothing over the whole request. The store's own
+breaker then stands for the cluster as a whole: it opens when no node gives a slot map.
 """
 
 from __future__ import annotations
@@ -19,9 +24,18 @@ from redis.exceptions import TryAgainError
 from .. import metrics
 from ..compiled import CompiledRule
 from ..conf import conf
-from .base import Check, Result, Store
+from ..keyspace import client_tag
+from .base import Check, Result, Store, admitted
 from .breaker import CLOSED, Breaker
-from .cluster import AsyncClusterStore
+from .cluster import (
+    AsyncClusterStore,
+    ClusterStore,
+    Plan,
+    answered,
+    assemble,
+    node_breakers,
+    slot_of_tag,
+)
 from .errors import STORE_ERRORS
 from .memory import MemoryStore
 from .redis import AsyncRedisStore
@@ -31,10 +45,13 @@ AsyncStore = AsyncRedisStore | AsyncClusterStore
 
 @dataclass(frozen=True, slots=True)
 class StoreUnavailable:
-    """The store was not used; ``results`` are the local fallback's for the fail-open rules."""
+    """The store could not decide ``checks`` (all of the request's, or on a cluster those
+    whose master failed); ``results`` are the local fallback's for the fail-open rules among
+    them, and the store's for the others."""
 
     results: list[Result] | None
     retry_after: float
+    checks: Sequence[Check] = ()
 
 
 def fails_closed(rule: CompiledRule) -> bool:
@@ -45,7 +62,9 @@ breaker = Breaker(lambda: conf.BREAKER_INTERVAL)
 local_fallback = MemoryStore()
 
 
-def _unavailable(checks: Sequence[Check], dry_run: bool) -> StoreUnavailable:
+def _unavailable(
+    checks: Sequence[Check], dry_run: bool, retry_after: float | None = None
+) -> StoreUnavailable:
     results = None
     if conf.LOCAL_FALLBACK:
         open_checks = [c for c in checks if not fails_closed(c.rule)]
@@ -55,18 +74,43 @@ def _unavailable(checks: Sequence[Check], dry_run: bool) -> StoreUnavailable:
                 result.local = True  # a refund or a lease's end goes back here
             if not dry_run and metrics.switch.on:
                 metrics.fallback_decided(results)
-    return StoreUnavailable(results, breaker.retry_after)
+    if retry_after is None:
+        retry_after = breaker.retry_after
+    return StoreUnavailable(results, retry_after, checks)
 
 
 def breaker_moved() -> None:
-    """Show the breaker's state on the store_available gauge."""
+    """Show the breakers' state on the store_available gauge (0 while any is open)."""
     if metrics.switch.on:
-        metrics.store_state(lambda: breaker.state == CLOSED)
+        metrics.store_state(lambda: breaker.state == CLOSED and node_breakers.all_closed())
+
+
+def node_open(store: object, key: str) -> bool:
+    """Whether, on a cluster, the breaker of the master that holds ``key`` says it failed
+    moments ago (outside a cluster, the store's one breaker says it: ``breaker.is_open()``)."""
+    if not isinstance(store, (ClusterStore, AsyncClusterStore)):
+        return False
+    node = store.node_of_key(key)
+    return node is not None and node_breakers.is_open(node)
+
+
+def by_node(store: object, checks: Sequence[Check]) -> list[tuple[Breaker | None, Sequence[Check]]]:
+    """The checks by the breaker of the master that holds them, on a cluster; elsewhere one
+    group with None (the store's one breaker covers them)."""
+    if not isinstance(store, (ClusterStore, AsyncClusterStore)):
+        return [(None, checks)]
+    groups: dict[str | None, list[Check]] = {}
+    for check in checks:
+        node = store.node_of_slot(slot_of_tag(client_tag(check.identity)))
+        groups.setdefault(node, []).append(check)
+    return [(None if n is None else node_breakers.of(n), group) for n, group in groups.items()]
 
 
 def decide_guarded(
     store_of: Callable[[], Store], checks: Sequence[Check], dry_run: bool
 ) -> list[Result] | StoreUnavailable:
+    """The store's decision, or what the fail modes make of the checks it could not decide.
+    On a cluster the breaker guards reading the slot map; each master's, its slot groups."""
     token = breaker.allow()
     if token is None:
         return _unavailable(checks, dry_run)
@@ -74,7 +118,11 @@ def decide_guarded(
     start = time.perf_counter() if timed else 0.0
     try:
         try:
-            results = store_of().decide(checks, dry_run)
+            store = store_of()
+            if isinstance(store, ClusterStore):
+                results = _on_cluster(store, checks, dry_run)
+            else:
+                results = store.decide(checks, dry_run)
         finally:
             if timed:
                 metrics.store_timed(time.perf_counter() - start)
@@ -91,6 +139,150 @@ def decide_guarded(
         breaker.succeeded(token)
         breaker_moved()
     return results
+
+
+# -- a cluster: a breaker per master ----------------------------------------------------
+
+
+def _on_cluster(
+    store: ClusterStore, checks: Sequence[Check], dry_run: bool
+) -> list[Result] | StoreUnavailable:
+    """A decision on a cluster, each slot group behind its master's breaker. Raises only what
+    concerns the whole cluster (its slot map cannot be read) or no store at all."""
+    plan = store.plan(checks)
+    guards = [node_breakers.of(node) for node in plan.nodes]
+    tokens = [guard.allow() for guard in guards]
+    try:
+        replies = store.send(plan, dry_run, tokens)
+    except BaseException:
+        _abandon(guards, tokens)  # interrupted: no verdict on any node
+        raise
+    failed = _report(guards, tokens, replies)
+    if not failed:
+        return store.settle(plan, replies, dry_run)
+    error = _not_the_store(replies)
+    if error is not None:
+        if not dry_run:
+            store.refund_committed(plan, replies)
+        raise error
+    retry_after = max(guards[n].retry_after for n in failed)
+    lost = _checks_of(plan, failed)
+    if len(failed) == len(replies) or any(fails_closed(c.rule) for c in lost):
+        # Refused as a whole (or nothing answered): what the answered groups took goes back.
+        if not dry_run:
+            store.refund_committed(plan, replies)
+        return _unavailable(lost, dry_run, retry_after)
+    local, admit = _locally(plan, replies, lost, dry_run)
+    refunded = store.refund_committed(plan, replies) if not admit and not dry_run else set()
+    return _partly(plan, replies, refunded, local, retry_after, lost)
+
+
+async def _aon_cluster(
+    store: AsyncClusterStore, checks: Sequence[Check], dry_run: bool
+) -> list[Result] | StoreUnavailable:
+    """_on_cluster() on the event loop's asyncio store."""
+    plan = await store.plan(checks)
+    guards = [node_breakers.of(node) for node in plan.nodes]
+    tokens = [guard.allow() for guard in guards]
+    try:
+        replies = await store.send(plan, dry_run, tokens)
+    except BaseException:
+        _abandon(guards, tokens)
+        raise
+    failed = _report(guards, tokens, replies)
+    if not failed:
+        return await store.settle(plan, replies, dry_run)
+    error = _not_the_store(replies)
+    if error is not None:
+        if not dry_run:
+            await store.refund_committed(plan, replies)
+        raise error
+    retry_after = max(guards[n].retry_after for n in failed)
+    lost = _checks_of(plan, failed)
+    if len(failed) == len(replies) or any(fails_closed(c.rule) for c in lost):
+        if not dry_run:
+            await store.refund_committed(plan, replies)
+        return _unavailable(lost, dry_run, retry_after)
+    local, admit = _locally(plan, replies, lost, dry_run)
+    refunded = await store.refund_committed(plan, replies) if not admit and not dry_run else set()
+    return _partly(plan, replies, refunded, local, retry_after, lost)
+
+
+def _abandon(guards: Sequence[Breaker], tokens: Sequence[int | None]) -> None:
+    for guard, token in zip(guards, tokens, strict=True):
+        if token is not None:
+            guard.abandoned(token)
+
+
+def _report(
+    guards: Sequence[Breaker], tokens: Sequence[int | None], replies: Sequence[object]
+) -> list[int]:
+    """Tell each master's breaker how its group went; the groups not decided in Redis."""
+    failed = []
+    moved = False
+    for number, (guard, token, reply) in enumerate(zip(guards, tokens, replies, strict=True)):
+        if token is None:
+            failed.append(number)  # its master failed moments ago: not sent
+        elif isinstance(reply, BaseException):
+            failed.append(number)
+            if isinstance(reply, STORE_ERRORS) and not isinstance(reply, TryAgainError):
+                guard.failed(reply, token)
+                moved = True
+            else:  # a slot migrating (this request only), or not the store's doing
+                guard.abandoned(token)
+        elif guard.state != CLOSED:  # this call may be the probe that closes the breaker
+            guard.succeeded(token)
+            moved = True
+    if moved:
+        breaker_moved()
+    return failed
+
+
+def _not_the_store(replies: Sequence[object]) -> BaseException | None:
+    """A group's error that is not the store's (a bug): raised, as without a breaker."""
+    for reply in replies:
+        if isinstance(reply, BaseException) and not isinstance(reply, STORE_ERRORS):
+            return reply
+    return None
+
+
+def _checks_of(plan: Plan, numbers: Sequence[int]) -> list[Check]:
+    """The checks of these groups, in the request's order."""
+    return [plan.checks[i] for i in sorted(i for n in numbers for i in plan.groups[n])]
+
+
+def _locally(
+    plan: Plan, replies: Sequence[object], lost: Sequence[Check], dry_run: bool
+) -> tuple[list[Result] | None, bool]:
+    """The local fallback's results for the fail-open checks of the failed masters, and
+    whether the request is admitted as a whole. The fallback commits only if Redis admitted
+    the request in every group that answered."""
+    in_redis = all(r[1] == 1 for r in replies if answered(r))  # type: ignore[index]
+    if not conf.LOCAL_FALLBACK:
+        return None, in_redis
+    local = local_fallback.decide(lost, dry_run or not in_redis)
+    for result in local:
+        result.local = True  # a refund or a lease's end goes back here
+    if not dry_run and metrics.switch.on:
+        metrics.fallback_decided(local)
+    return local, in_redis and admitted(local)
+
+
+def _partly(
+    plan: Plan,
+    replies: list[object],
+    refunded: set[int],
+    local: list[Result] | None,
+    retry_after: float,
+    lost: Sequence[Check],
+) -> StoreUnavailable:
+    """A request decided partly in Redis, partly by the fail modes of fail-open rules; the
+    results in the order of the checks."""
+    results = assemble(plan, replies, refunded)
+    if local:
+        at = {(id(c.rule), c.identity): i for i, c in enumerate(plan.checks)}
+        results = sorted([*results, *local], key=lambda r: at[id(r.rule), r.identity])
+    return StoreUnavailable(results, retry_after, lost)
 
 
 # -- async: a native asyncio Redis client per event loop ------------------------
@@ -131,6 +323,7 @@ def reset_fallback() -> None:
     METRICS again."""
     _async_stores.clear()
     breaker.reset()
+    node_breakers.reset()
     local_fallback.clear()
     metrics.reconfigure()  # a settings change resets the store: METRICS may have changed too
     breaker_moved()
@@ -148,7 +341,11 @@ async def adecide_guarded(
     start = time.perf_counter() if timed else 0.0
     try:
         try:
-            results = await (await async_store()).decide(checks, dry_run)
+            store = await async_store()
+            if isinstance(store, AsyncClusterStore):
+                results = await _aon_cluster(store, checks, dry_run)
+            else:
+                results = await store.decide(checks, dry_run)
         finally:
             if timed:
                 metrics.store_timed(time.perf_counter() - start)

@@ -1,0 +1,266 @@
+"""One Redis Cluster master out of memory under load: which clients are still decided in Redis.
+
+    .venv/bin/python bench/cluster_faults.py [--seconds 15] [--fault oom|pause|kill]
+
+Run from the repository root (about 10 s plus ``--seconds``). A six-node cluster from the tests'
+harness (tests/redis_topology.py: three masters, a replica each; node timeout 60 s here, so no
+replica is promoted during the fault and the fault stays on its master), Django in this
+process (SQLite in memory), ``ThrottleMiddleware`` in Django's WSGIHandler, ``CLUSTER_URL``
+set, ``TIMEOUT`` and ``CONNECT_TIMEOUT`` 0.1 s, ``BREAKER_INTERVAL`` 2 s. One fail-closed rule
+(fixed window, a limit per client nobody reaches) on /closed/. 4 threads send a request every
+2 ms each, in turn from 256 client addresses. After 1 s of load, one master is made sick:
+
+- oom: ``maxmemory-policy noeviction``, ``maxmemory`` just above what it uses, then filled
+  with 100 KB values until a write answers OOM (then its limit a megabyte under what it
+  holds, so its own buffers never let a write through): every write answers OOM;
+- pause: SIGSTOP (resumed at the end);
+- kill: SIGKILL (started again at the end).
+
+The load goes on for ``--seconds``. Printed: for the clients of the sick master and of the
+healthy ones, requests sent during the fault and their answers (all should be 200 on the
+healthy masters: nobody reaches the limit), how many took ``TIMEOUT`` or longer, and the
+slowest; then the median time of one decision on the
+healthy cluster, for a request of one slot group and of three, through the breakers
+(``engine.flow.decide``) and by the store alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import harness
+
+REPO = Path(__file__).resolve().parent.parent
+DATABASE = "file:bench-cluster-faults?mode=memory&cache=shared"
+CLOSED = "/closed/"
+THREADS, CLIENTS, PAUSE = 4, 256, 0.002
+SETTINGS = {"TIMEOUT": 0.1, "CONNECT_TIMEOUT": 0.1, "BREAKER_INTERVAL": 2.0}
+urlpatterns: list[Any] = []
+
+
+def urls() -> None:
+    from django.http import HttpResponse
+    from django.urls import path
+
+    urlpatterns[:] = [path("closed/", lambda request: HttpResponse("ok"))]
+
+
+def slot_master(cluster: Any, identity: str) -> int:
+    from django_throttle.keyspace import client_tag
+    from django_throttle.store.cluster import slot_of_tag
+
+    return int(cluster.node_for_slot(slot_of_tag(client_tag(identity))))
+
+
+@contextlib.contextmanager
+def sick(cluster: Any, port: int, fault: str) -> Iterator[None]:
+    import redis
+    from redis.crc import key_slot
+
+    node = cluster.node(port)
+    if fault == "pause":
+        node.pause()
+        try:
+            yield
+        finally:
+            node.resume()
+        return
+    if fault == "kill":
+        node.kill()
+        try:
+            yield
+        finally:
+            node.start()
+        return
+    with contextlib.closing(redis.Redis(port=port, socket_timeout=5)) as client:
+        key = next(
+            f"{{fill{i}}}"
+            for i in range(100_000)
+            if cluster.node_for_slot(key_slot(f"{{fill{i}}}".encode())) == port
+        )
+        client.config_set("maxmemory-policy", "noeviction")
+        client.config_set("maxmemory", int(client.info("memory")["used_memory"]) + 2_000_000)
+        n = 0
+        try:
+            while True:
+                client.set(f"{key}:{n}", b"x" * 100_000)
+                n += 1
+        except redis.exceptions.OutOfMemoryError:
+            pass
+        client.config_set("maxmemory", int(client.info("memory")["used_memory"]) - 1_000_000)
+        try:
+            yield
+        finally:
+            client.config_set("maxmemory", 0)
+            for i in range(n):
+                client.delete(f"{key}:{i}")
+
+
+def load(app: Any, envs: list[tuple[str, dict[str, Any]]], seconds: float, fault: Any) -> Any:
+    """Requests from THREADS threads; (address, status) of those sent while ``fault`` was on."""
+    stop = threading.Event()
+    during = threading.Event()
+    answers: list[tuple[str, int, float]] = []
+    lock = threading.Lock()
+
+    def worker(k: int) -> None:
+        mine = []
+        i = k * len(envs) // THREADS
+        while not stop.is_set():
+            address, env = envs[i % len(envs)]
+            i += 1
+            counted = during.is_set()
+            sent = time.perf_counter()
+            response = app(dict(env), lambda status, headers, exc_info=None: None)
+            status = response.status_code
+            response.close()
+            if counted and during.is_set():
+                mine.append((address, status, time.perf_counter() - sent))
+            time.sleep(PAUSE)
+        with lock:
+            answers.extend(mine)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(THREADS)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(1.0)
+        with fault():
+            during.set()
+            time.sleep(seconds)
+            during.clear()
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+    return answers
+
+
+def decide_cost(cluster: Any) -> list[tuple[str, str]]:
+    from django_throttle.compiled import build_rule
+    from django_throttle.engine import flow
+    from django_throttle.store import Check, get_store
+
+    rules = [
+        build_rule(id=n, name=f"r{n}", algorithm="fixed_window", limit=10**9, period=3600)
+        for n in (1, 2, 3)
+    ]
+    spread: dict[int, str] = {}
+    for i in range(1000):
+        spread.setdefault(slot_master(cluster, f"ip:10.0.0.{i}"), f"ip:10.0.0.{i}")
+    identities = list(spread.values())
+    cases = {
+        "1 slot group (3 rules, 1 client)": [Check(r, identities[0]) for r in rules],
+        "3 slot groups on 3 masters": [
+            Check(r, i) for r, i in zip(rules, identities[:3], strict=True)
+        ],
+    }
+    store = get_store()
+    timed = {}
+    for name, checks in cases.items():
+        timed[name, "through the breakers"] = (lambda c: lambda: flow.decide(c))(checks)
+        timed[name, "the store alone"] = (lambda c: lambda: store.decide(c))(checks)
+    samples: dict[tuple[str, str], list[int]] = {key: [] for key in timed}
+    for op in timed.values():
+        for _ in range(300):
+            op()
+    for _ in range(40):  # blocks of 100 calls, the cases taking turns
+        for key, op in timed.items():
+            for _ in range(100):
+                t = time.perf_counter_ns()
+                op()
+                samples[key].append(time.perf_counter_ns() - t)
+    return [
+        (name, how, f"{statistics.median(values) / 1000:.1f}")
+        for (name, how), values in samples.items()
+    ]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=15.0)
+    parser.add_argument("--fault", choices=("oom", "pause", "kill"), default="oom")
+    args = parser.parse_args()
+    sys.path.insert(0, str(REPO))  # tests.redis_topology
+    from tests.redis_topology import ClusterHarness
+
+    with harness.RedisServer() as cache, ClusterHarness(node_timeout_ms=60_000) as cluster:
+        harness.configure_django(
+            cache.url,
+            apps=["django_throttle"],
+            migrate=True,
+            database=DATABASE,
+            ROOT_URLCONF=__name__,
+            MIDDLEWARE=["django_throttle.middleware.ThrottleMiddleware"],
+            TEMPLATES=[
+                {"BACKEND": "django.template.backends.django.DjangoTemplates", "APP_DIRS": True}
+            ],  # the 503 page
+            DJANGO_THROTTLE={**SETTINGS, "CLUSTER_URL": cluster.url},
+        )
+        urls()
+        from django.core.handlers.wsgi import WSGIHandler
+        from django.test import RequestFactory
+
+        from django_throttle.models import Rule
+
+        Rule.objects.create(
+            name="closed", scope=CLOSED, limit=10**9, unit="hour", fail_mode="closed",
+            algorithm="fixed_window",
+        )  # fmt: skip
+        harness.print_machine("django-redis")
+        addresses = harness.addresses(CLIENTS, prefix="198.19")
+        master_of = {a: slot_master(cluster, "ip:" + a) for a in addresses}
+        victim = cluster.masters()[0].port
+        factory = RequestFactory()
+        envs = [(a, factory.get(CLOSED, REMOTE_ADDR=a).environ) for a in addresses]
+        app = WSGIHandler()
+        print(
+            f"\n## One master of three: {args.fault}, {args.seconds:g} s under load "
+            f"({THREADS} threads, a request every {PAUSE * 1000:g} ms each, {CLIENTS} clients, "
+            "a fail-closed rule nobody reaches)\n"
+        )
+        answers = load(app, envs, args.seconds, lambda: sick(cluster, victim, args.fault))
+        rows = []
+        for label, on_victim in (("the sick master", True), ("the two healthy masters", False)):
+            mine = [s for a, s, _ in answers if (master_of[a] == victim) == on_victim]
+            waits = [w for a, _, w in answers if (master_of[a] == victim) == on_victim]
+            slow = sum(1 for w in waits if w >= SETTINGS["TIMEOUT"])
+            counts = Counter(mine)
+            clients = sum(1 for a in addresses if (master_of[a] == victim) == on_victim)
+            rows.append(
+                (
+                    label,
+                    clients,
+                    len(mine),
+                    counts[200],
+                    counts[503],
+                    len(mine) - counts[200] - counts[503],
+                    slow,
+                    f"{max(waits) * 1000:.0f}",
+                )
+            )
+        harness.table(
+            ("clients of", "clients", "requests", "200", "503", "other", ">= TIMEOUT", "max ms"),
+            rows,
+        )
+        if args.fault == "kill":
+            cluster.wait_steady(replicas=True)
+        print(
+            "\n## One decision on the healthy cluster: flow.decide() (the breakers, the fail "
+            "modes) and the store's decide() alone (medians of 4000, µs)\n"
+        )
+        harness.table(("request", "path", "µs"), decide_cost(cluster))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
