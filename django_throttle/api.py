@@ -103,14 +103,14 @@ def refund(request: Any, scope: str, cost: int = 1) -> int:
     login with the right password). Never more than it took, never below empty; what is left
     can be given back by another call. Returns how many rules gave something back."""
     results = _taken_from(request, scope, valid_cost(cost))
-    give_back(taken(results))
+    give_back(taken(results), announce=True)
     return len(results)
 
 
 async def arefund(request: Any, scope: str, cost: int = 1) -> int:
     """``refund()`` for async views."""
     results = await sync_to_async(_taken_from)(request, scope, valid_cost(cost))
-    await agive_back(taken(results))
+    await agive_back(taken(results), announce=True)
     return len(results)
 
 
@@ -119,7 +119,7 @@ def refund_key(scope: str, key: str, cost: int = 1) -> int:
     took; a concurrency slot taken with it), from its newest state: a window's current count,
     the log's newest entries; returns how many rules were refunded."""
     checks, _ = key_checks(scope, key, key_arguments(scope, key, cost))
-    give_back([Refund(0, False, checks)] if checks else [])
+    give_back([Refund(0, False, checks)] if checks else [], announce=True)
     return len(checks)
 
 

@@ -16,6 +16,7 @@ from .engine import (
     enforce,
     finish,
     release_leases,
+    serving,
     state_of,
 )
 from .rates import parse_rate
@@ -83,16 +84,22 @@ def throttle(
 
             @wraps(view)
             def sync_wrapper(request: Any, *args: Any, **kwargs: Any) -> Any:
-                rejection = enforce(request, specs)
-                if rejection is not None:
-                    return rejection
+                # Without the middleware, the view counts the server's threads (MAX_DELAYED).
+                counted = serving.enter()
                 try:
-                    response = view(request, *args, **kwargs)
-                except BaseException:
-                    if not state_of(request).middleware:  # else the middleware ends them
-                        release_leases(request)
-                    raise
-                return _finish(request, response)
+                    rejection = enforce(request, specs)
+                    if rejection is not None:
+                        return rejection
+                    try:
+                        response = view(request, *args, **kwargs)
+                    except BaseException:
+                        if not state_of(request).middleware:  # else the middleware ends them
+                            release_leases(request)
+                        raise
+                    return _finish(request, response)
+                finally:
+                    if counted:
+                        serving.leave()
 
             wrapper = sync_wrapper
         setattr(wrapper, SPECS_ATTR, specs)

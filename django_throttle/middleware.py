@@ -53,7 +53,7 @@ class ThrottleMiddleware:
             return self.__acall__(request)
         state = state_of(request)
         state.middleware = True
-        serving.enter()  # how many threads the server has, as far as is seen (MAX_DELAYED)
+        counted = serving.enter()  # how many threads the server has, as seen (MAX_DELAYED)
         try:
             try:
                 response = self.get_response(request)
@@ -67,7 +67,8 @@ class ThrottleMiddleware:
                     return rejection
             return finish(request, response)
         finally:
-            serving.leave()
+            if counted:
+                serving.leave()
 
     async def __acall__(self, request: HttpRequest) -> Any:
         state = state_of(request)

@@ -11,7 +11,7 @@ import pytest
 from django.core.handlers.asgi import ASGIHandler
 
 from django_throttle.store.breaker import CLOSED, OPEN, PROBING, Breaker
-from django_throttle.store.fallback import breaker
+from django_throttle.store.fallback import _allow, breaker
 from tests.helpers import rule, run
 from tests.redis_server import RedisServer
 from tests.traffic import asgi_get, database_kept_open
@@ -140,3 +140,17 @@ def test_a_cancelled_probe_under_asgi_frees_the_breaker(
     assert breaker.state == CLOSED
     counts = [redis_client.get(k) for k in redis_client.keys("thr:*}")]
     assert len(counts) == 1 and counts[0].endswith(b":3")  # the three admitted requests
+
+
+def test_the_groups_of_one_recovering_master_share_its_probe() -> None:
+    """A request with two slot groups on one master whose breaker is due a probe: both groups
+    go with the probe, rather than the second finding it taken and failing."""
+    now = [0.0]
+    master = Breaker(lambda: 1.0, clock=lambda: now[0], node="10.0.0.1:7000")
+    other = Breaker(lambda: 1.0, clock=lambda: now[0], node="10.0.0.2:7000")
+    master.failed(ConnectionError("down"), master.allow())  # type: ignore[arg-type]
+    now[0] = 2.0  # the interval is over: the next call probes
+    tokens = _allow([master, master, other])
+    assert tokens[0] is not None and tokens[0] == tokens[1]
+    assert tokens[2] is not None
+    assert master.state == PROBING

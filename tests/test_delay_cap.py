@@ -12,6 +12,7 @@ import pytest
 from django.db import connection
 from django.test import Client
 
+from django_throttle.rules import rule_cache
 from tests.helpers import rule
 
 pytestmark = [pytest.mark.usefixtures("throttle_middleware")]
@@ -84,3 +85,20 @@ def test_a_request_turned_away_is_a_rejection_on_the_dashboard(client: Any, sett
     assert [client.get("/api/items/").status_code for _ in range(3)] == [200, 429, 429]
     flush()
     assert sum(Rejection.objects.filter(rule="queued").values_list("count", flat=True)) == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_turned_away_request_is_not_announced_to_every_process(
+    settings: Any, redis_client: Any
+) -> None:
+    """What a turned-away delay gives back is not announced as a reset: a flood of them must not
+    empty every process's block cache and cost a store call each."""
+    settings.DJANGO_THROTTLE = {**settings.DJANGO_THROTTLE, "MAX_DELAYED": 0}
+    rule("queued", "/api/", 1, unit="second", algorithm="leaky_bucket", burst=20, action="delay")
+    client = Client()
+    assert client.get("/api/items/").status_code == 200
+    blocks_key = rule_cache().version.blocks_key
+    before = redis_client.get(blocks_key)
+    statuses = [client.get("/api/items/").status_code for _ in range(10)]
+    assert statuses == [429] * 10  # each admitted with a delay, then turned away
+    assert redis_client.get(blocks_key) == before

@@ -170,6 +170,26 @@ def test_asgi_a_client_that_goes_away_releases_its_slot(redis_client: Any) -> No
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("throttle_middleware")
+def test_asgi_a_slot_the_view_takes_after_its_client_left_ends_with_the_view(
+    redis_client: Any,
+) -> None:
+    """The client leaves before the sync view has taken its slot (check() in the view): the
+    slot still ends when the view returns, not a lease's period later."""
+    rule("inview", "inview", 1, algorithm="concurrency", unit="minute")
+
+    async def body() -> Any:
+        with database_kept_open():
+            app = ASGIHandler()
+            await asgi_get(app, "/plain/")  # URLs and rules loaded: the view starts at once
+            return (await asgi_get(app, "/late-check/", 0.1))[0]
+
+    assert run(body) is None  # the client left: no response
+    time.sleep(1.0)  # the view (0.5 s) has long returned
+    assert in_flight(redis_client) == 0
+
+
+@pytest.mark.django_db(transaction=True)
 def test_asgi_requests_in_flight_are_limited(redis_client: Any) -> None:
     rule("in flight", "/inflight/", 1, algorithm="concurrency")
 

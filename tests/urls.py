@@ -34,6 +34,7 @@ urlpatterns = [
     path("inflight/async-slow/", views.inflight_async_slow, name="inflight-async-slow"),
     path("inflight/slow/", views.inflight_slow, name="inflight-slow"),
     path("slow/decorated/", views.slow_decorated, name="slow-decorated"),
+    path("late-check/", views.late_check, name="late-check"),
     path("delayed/", views.delayed, name="delayed"),
     path("store-now/", views.store_now, name="store-now"),
 ]

@@ -163,6 +163,14 @@ def slow_decorated(request):
     return inflight_slow(request)
 
 
+def late_check(request):
+    """A sync view that takes a concurrency slot itself (check()) after its client has left."""
+    time.sleep(0.3)
+    decision = check(request, "inview")
+    time.sleep(0.2)
+    return HttpResponse("ok" if decision.allowed else "no")
+
+
 def delayed(request):
     """When the store admitted this request (its clock) and how long it was held."""
     from django_throttle.engine import state_of

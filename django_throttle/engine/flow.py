@@ -371,8 +371,8 @@ AUTO_MAX_DELAYED = 10  # MAX_DELAYED "auto": the most held at once, in threads o
 
 
 class Serving:
-    """The threads serving a request now (ThrottleMiddleware's sync path), and the most seen
-    at once: the server has at least that many threads."""
+    """The threads serving a request now (ThrottleMiddleware's sync path, or a sync view under
+    @throttle), and the most seen at once: the server has at least that many threads."""
 
     def __init__(self) -> None:
         # A set of thread ids, changed without a lock (one C call each, atomic): a thread
@@ -380,11 +380,16 @@ class Serving:
         self.busy: set[int] = set()
         self.most = 0
 
-    def enter(self) -> None:
+    def enter(self) -> bool:
+        """Count this thread; False if it is counted already (the middleware, then the view)."""
         busy = self.busy
-        busy.add(threading.get_ident())
+        ident = threading.get_ident()
+        if ident in busy:
+            return False
+        busy.add(ident)
         if len(busy) > self.most:
             self.most = len(busy)
+        return True
 
     def leave(self) -> None:
         self.busy.discard(threading.get_ident())
@@ -549,9 +554,8 @@ async def arelease_leases(request: Any) -> None:
 
 async def arelease_after_threads(request: Any) -> None:
     """End the request's leases once the sync work it started is done: an ASGI request
-    cancelled (its client gone) while a sync view runs in a thread, which goes on running."""
-    if not state_of(request).leases:
-        return
+    cancelled (its client gone) while a sync view runs in a thread, which goes on running.
+    Queued even when the request holds no lease yet: the view may still take one (check())."""
     # The request's sync view runs on its thread-sensitive executor (one thread, one call at
     # a time: ASGIHandler gives each request its own), so a call queued there runs once the
     # view has returned, or at once if it never started. Shielded: a second cancellation

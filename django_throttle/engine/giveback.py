@@ -45,9 +45,9 @@ def taken(results: Sequence[Result], cost: int | None = None) -> list[Refund]:
     return [Refund(at, local, checks) for (at, local), checks in by_decision.items()]
 
 
-def give_back(refunds: Sequence[Refund]) -> None:
-    """Refund these checks where they were decided."""
-    remote = _split(refunds)
+def give_back(refunds: Sequence[Refund], announce: bool = False) -> None:
+    """Refund these checks where they were decided (``announce``: see _split)."""
+    remote = _split(refunds, announce)
     if remote:
         with _guarded(breaker) as allowed:
             if allowed:
@@ -63,12 +63,12 @@ def give_back(refunds: Sequence[Refund]) -> None:
                                 store.refund(checks, refund.at)
 
 
-async def agive_back(refunds: Sequence[Refund]) -> None:
+async def agive_back(refunds: Sequence[Refund], announce: bool = False) -> None:
     """give_back() on the event loop's own asyncio client."""
     if not conf.uses_redis:
-        give_back(refunds)
+        give_back(refunds, announce)
         return
-    remote = _split(refunds, on_loop=True)
+    remote = _split(refunds, announce, on_loop=True)
     if remote:
         with _guarded(breaker) as allowed:
             if allowed:
@@ -113,10 +113,14 @@ def _guarded(breaker: Breaker) -> Iterator[bool]:
     _dropping = False
 
 
-def _split(refunds: Sequence[Refund], on_loop: bool = False) -> list[Refund]:
-    """Give back the local fallback's refunds here and now; return the store's. The clients
-    given back to are forgotten by every process's block cache: they may fit again (from an
-    event loop, which must not wait on a sync client, announced at the next refresh)."""
+def _split(refunds: Sequence[Refund], announce: bool, on_loop: bool = False) -> list[Refund]:
+    """Give back the local fallback's refunds here and now; return the store's. With
+    ``announce`` (a refund asked for: refund(), refund_key()), the clients given back to are
+    forgotten by every process's block cache: they may fit again (from an event loop, which
+    must not wait on a sync client, announced at the next refresh). What the engine gives back
+    of a request it just admitted (a delay turned away, a lease's end) is not announced: it was
+    taken moments ago, and a flood of turned-away requests would otherwise empty every
+    process's block cache and add a store call each."""
     given = [
         check.rule.state_prefix + check.identity
         for refund in refunds
@@ -124,7 +128,7 @@ def _split(refunds: Sequence[Refund], on_loop: bool = False) -> list[Refund]:
         # Only what a block cache can hold: a concurrency lease's end is never announced.
         if check.rule.enforcing and check.rule.algorithm != _CONCURRENCY
     ]
-    if given:
+    if given and announce:
         clients_reset(given, announce=not on_loop)
     remote = []
     for refund in refunds:

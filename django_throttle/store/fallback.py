@@ -151,7 +151,7 @@ def _on_cluster(
     concerns the whole cluster (its slot map cannot be read) or no store at all."""
     plan = store.plan(checks)
     guards = [node_breakers.of(node) for node in plan.nodes]
-    tokens = [guard.allow() for guard in guards]
+    tokens = _allow(guards)
     try:
         replies = store.send(plan, dry_run, tokens)
     except BaseException:
@@ -183,7 +183,7 @@ async def _aon_cluster(
     """_on_cluster() on the event loop's asyncio store."""
     plan = await store.plan(checks)
     guards = [node_breakers.of(node) for node in plan.nodes]
-    tokens = [guard.allow() for guard in guards]
+    tokens = _allow(guards)
     try:
         replies = await store.send(plan, dry_run, tokens)
     except BaseException:
@@ -206,6 +206,19 @@ async def _aon_cluster(
     local, admit = _locally(plan, replies, lost, dry_run)
     refunded = await store.refund_committed(plan, replies) if not admit and not dry_run else set()
     return _partly(plan, replies, refunded, local, retry_after, lost)
+
+
+def _allow(guards: Sequence[Breaker]) -> list[int | None]:
+    """Each group's token; the groups of one master share one (a recovering master's one
+    probe carries all of them, rather than the second group finding the probe taken)."""
+    given: dict[int, int | None] = {}
+    tokens = []
+    for guard in guards:
+        key = id(guard)
+        if key not in given:
+            given[key] = guard.allow()
+        tokens.append(given[key])
+    return tokens
 
 
 def _abandon(guards: Sequence[Breaker], tokens: Sequence[int | None]) -> None:
