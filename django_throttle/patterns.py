@@ -102,7 +102,17 @@ class ScopeMatcher:
 
 
 def check_pattern(pattern: str) -> None:
-    """Raise UnsafePattern if ``pattern`` is not a usable scope."""
+    """Raise UnsafePattern if ``pattern`` is not a usable scope (when a rule is saved: also a
+    pattern whose meaning Python will change, which it warns about)."""
+    try:
+        with warnings.catch_warnings():
+            # "Possible nested set" and the like: refused, rather than raised from the admin
+            # under -W error. Only here: warning filters are the whole process's, and a
+            # reload runs beside requests.
+            warnings.simplefilter("error")
+            sre_parse.parse(pattern)
+    except (*_PARSE_ERRORS, Warning) as exc:
+        raise UnsafePattern(f"invalid regular expression: {exc}") from None
     compile_scope(pattern)
 
 
@@ -184,10 +194,8 @@ def literal_prefix(pattern: str) -> str:
     """The text every path in the scope starts with: the literal characters right after a
     leading ``^`` or ``\\A`` ("" when there are none, or the pattern may match elsewhere)."""
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")
-            parsed = sre_parse.parse(pattern)
-    except (re.error, Warning, RecursionError):
+        parsed = _parse(pattern)
+    except UnsafePattern:
         return ""
     if parsed.state.flags & (_IGNORECASE | _MULTILINE):
         return ""
@@ -202,17 +210,26 @@ def literal_prefix(pattern: str) -> str:
     return "".join(prefix)
 
 
+# What Python's parser raises for a pattern it cannot read (OverflowError: a repeat count
+# past its limit, ^/a{99999999999999999999}).
+_PARSE_ERRORS = (re.error, RecursionError, OverflowError, ValueError)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse(pattern: str) -> Any:
+    """Python's parse of a pattern. No warning filter is touched: they are the process's, and
+    rules are compiled beside requests; a pattern Python warns about was refused when saved
+    (and under -W error, its warning is caught here as the pattern's fault)."""
+    try:
+        return sre_parse.parse(pattern)
+    except (*_PARSE_ERRORS, Warning) as exc:
+        raise UnsafePattern(f"invalid regular expression: {exc}") from None
+
+
 @functools.lru_cache(maxsize=4096)
 def translate(pattern: str) -> str:
     """``pattern`` (Python's syntax) in RE2's syntax, with the same meaning and anchoring."""
-    try:
-        with warnings.catch_warnings():
-            # "Possible nested set" and the like: a pattern whose meaning Python will
-            # change is refused, rather than raised from the admin under -W error.
-            warnings.simplefilter("error")
-            parsed = sre_parse.parse(pattern)
-    except (re.error, Warning, RecursionError) as exc:
-        raise UnsafePattern(f"invalid regular expression: {exc}") from None
+    parsed = _parse(pattern)
     # Django's RegexPattern.match: fullmatch when the pattern ends with "$", else search.
     whole = pattern.endswith("$")
     try:

@@ -100,6 +100,8 @@ def test_catastrophic_shapes_are_matched_by_re2_on_long_hostile_paths(
         (r"^/(\w{30}){30}", "too large"),
         (r"^/(a{1000}){1000}", "a repeat count is at most 1000"),
         (r"^/a{1001}", "a repeat count is at most 1000"),
+        # Past what Python's parser can hold: OverflowError, not re.error (was a 500).
+        (r"^/a{99999999999999999999}", "invalid regular expression"),
     ],
 )
 def test_what_re2_cannot_run_is_refused_with_a_message(
@@ -304,3 +306,21 @@ def test_a_unicode_digit_is_counted_by_a_digits_scope(client: Any) -> None:
     rule("users", r"^/users/\d+/$", 1)
     assert statuses(client, "/users/٣/", 3) == [404, 429, 429]  # counted before routing
     assert statuses(client, "/users/12/", 1) == [429]  # the same client, the same rule
+
+
+def test_compiling_scopes_never_touches_the_process_warning_filters(monkeypatch: Any) -> None:
+    """Rules are compiled beside requests (a reload runs in a thread of its own); warning
+    filters are the whole process's, so compiling must not turn other threads' warnings into
+    errors. Only validation, when a rule is saved, refuses what Python warns about."""
+    import warnings
+
+    def touched(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a warning filter was changed while compiling scopes")
+
+    monkeypatch.setattr(warnings, "simplefilter", touched)
+    monkeypatch.setattr(warnings, "filterwarnings", touched)
+    scopes = [rf"^/never-seen-{i}/\d+/$" for i in range(3)]  # not in any cache yet
+    rules = RuleSet(
+        [compile_rule(Rule(pk=i, name=f"w{i}", scope=s, limit=5)) for i, s in enumerate(scopes)]
+    )
+    assert [r.name for r in rules.for_path("/never-seen-1/7/", "GET")] == ["w1"]

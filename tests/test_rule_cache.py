@@ -598,6 +598,40 @@ def test_a_reload_runs_while_requests_are_decided_on_the_rules_in_force():
 
 
 @pytest.mark.django_db(transaction=True)
+def test_after_a_reload_failed_requests_still_go_on_while_it_is_retried():
+    """A reload that failed (the database down) is retried at the next refresh, again beside
+    the requests: none of them waits on the database meanwhile."""
+    from django.db import OperationalError
+
+    from django_throttle.rules import RuleCache, load_rules
+
+    Rule.objects.create(name="a", scope="/a/", limit=5)
+    now = [0.0]
+    loads: list[threading.Thread] = []
+    failing = [False]
+
+    def loader(*args):
+        loads.append(threading.current_thread())
+        if failing[0]:
+            raise OperationalError("the database is down")
+        return load_rules(*args)
+
+    cache = RuleCache(RedisVersion(), loader=loader, clock=lambda: now[0])
+    old = cache.get()
+    Rule.objects.filter(name="a").update(limit=1)
+    failing[0] = True
+    for _ in range(3):  # each refresh finds the change and tries again: the load fails
+        now[0] += conf.RULES_REFRESH
+        assert cache.get() is old
+        deadline = time.monotonic() + 5
+        while cache._reloading:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    assert len(loads) == 4
+    assert all(thread is not threading.main_thread() for thread in loads[1:])
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_process_idle_since_a_change_waits_for_the_new_rules():
     """Its rules are more than a quarter of RULES_REFRESH overdue: the request that finds the
     change loads it before deciding."""

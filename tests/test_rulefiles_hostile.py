@@ -190,6 +190,26 @@ def test_deep_nesting(tmp_path: Path, tables: Any, name: str, content: str) -> N
 
 
 @pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        # An unterminated string of escaped quotes: measured on the brackets outside strings,
+        # it was scanned again from every quote (quadratic: days for 16 MiB).
+        ('"' + '\\"' * 2_000_000, "unterminated string"),
+        (FIRST_JSON + "[" * 10 + "]}", "brackets do not match"),
+        (FIRST_JSON + '{"name": "s"}]}' + "]" * 3, "brackets do not match"),
+    ],
+    ids=["unterminated-string", "unclosed", "unopened"],
+)
+def test_broken_json_is_refused_in_linear_time(
+    tmp_path: Path, tables: Any, content: str, words: str
+) -> None:
+    started = time.monotonic()
+    message = refused(tmp_path, "rules.json", content, tables)
+    assert words in message
+    assert time.monotonic() - started < 5  # the bound is a second; a margin for CI
+
+
+@pytest.mark.parametrize(
     ("name", "content", "words"),
     [
         ("rules.json", FIRST_JSON + '{"name": "s", "limit": ' + "7" * 100_000 + "}]}", "digits"),

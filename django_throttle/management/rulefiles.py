@@ -263,7 +263,9 @@ def _number_problem(text: str) -> str | None:
 # JSON
 
 
-_JSON_STRINGS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+# A string runs to its closing quote, or (unterminated: json reports it) to the end of the
+# text, so no start can fail and be tried again from the next quote (quadratic).
+_JSON_STRINGS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)', re.S)
 _NOT_BRACKETS = re.compile(r"[^\[\]{}]+")
 
 
@@ -276,10 +278,12 @@ def _load_json(text: str) -> Any:
         raise RuleFileError(f"the file holds more than {MAX_VALUES:,} values")
     for _depth in range(MAX_DEPTH):
         brackets = brackets.replace("[]", "").replace("{}", "")
-    if brackets:
+    if "[]" in brackets or "{}" in brackets:
         raise RuleFileError(
             f"the file cannot be read as JSON: nested deeper than {MAX_DEPTH} levels"
         )
+    if brackets:  # left unclosed, or closed without being opened (or a string left open)
+        raise RuleFileError("the file cannot be read as JSON: its brackets do not match")
     try:
         return json.loads(
             text,

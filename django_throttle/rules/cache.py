@@ -232,6 +232,9 @@ class RuleCache:
         self._seen_blocks: Any = None
         self._next_check = 0.0
         self._stale = False  # this process changed a rule: reload whatever the version says
+        # The last load failed: the next refresh loads again whatever the version says, but
+        # (unlike a change made here) requests need not wait for it.
+        self._load_failed = False
         self._invalidated = False  # ... while a reload was running
         self._failing: str | None = None
         self.bump_pending = False
@@ -304,7 +307,7 @@ class RuleCache:
             self._load(version)
         except Exception:
             # No request to raise it to: the rules in force stay, the next refresh retries.
-            self._stale = True
+            self._load_failed = True
             logger.exception("django_throttle: the rules could not be reloaded")
         finally:
             self._checked()
@@ -335,17 +338,23 @@ class RuleCache:
             self._seen_blocks = blocks
             if self._rules is not None and self._rules.blocked:
                 self._rules.blocked.clear()
-        if self._rules is not None and not self._stale and version == self._seen_version:
+        if (
+            self._rules is not None
+            and not self._stale
+            and not self._load_failed
+            and version == self._seen_version
+        ):
             return _CURRENT
         return version
 
     def _load(self, version: Any) -> None:
         self._stale = False  # before loading, so an invalidate() during the load is not lost
+        self._load_failed = False
         previous = self._rules
         try:
             rules = self._loader(previous)
         except DatabaseError as exc:
-            self._stale = True
+            self._load_failed = True
             self._report(_LOAD, exc)
             if self._rules is None:
                 # No rules yet: run without any until the next refresh retries, rather
