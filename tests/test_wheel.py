@@ -44,7 +44,6 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[zipfile.ZipFile]
         "django_throttle/templates/admin/django_throttle/dashboard.html",
         "django_throttle/templates/admin/django_throttle/dashboard_key.html",
         "django_throttle/templates/admin/django_throttle/rule/change_list.html",
-        "django_throttle/migrations/0002_rejection_dashboard.py",
         "django_throttle/py.typed",
     ],
 )
