@@ -15,8 +15,8 @@ from .choices import Algorithm
 from .decision import Decision
 from .engine import aevaluate, evaluate, state_of
 from .engine.flow import adecide, announce, decide
-from .engine.giveback import Refund, agive_back, give_back, taken
 from .engine.keyed import key_arguments, key_checks, valid_cost
+from .engine.refunds import Refund, agive_back, give_back, taken
 from .rules import ScopeSpec, clients_reset, get_rules, scope_rules
 from .store import Result, get_store
 

@@ -22,7 +22,7 @@ from redis.crc import key_slot
 
 from django_throttle.compiled import CompiledRule, build_rule
 from django_throttle.engine import flow
-from django_throttle.engine.giveback import agive_back, give_back, taken
+from django_throttle.engine.refunds import agive_back, give_back, taken
 from django_throttle.keyspace import client_tag
 from django_throttle.recording import shared
 from django_throttle.rules import get_rules

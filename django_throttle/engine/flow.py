@@ -31,8 +31,8 @@ from ..rules import ScopeSpec, get_rules, request_rules, rule_cache
 from ..signals import request_throttled
 from ..store import Check, Result, get_store
 from ..store.fallback import StoreUnavailable, adecide_guarded, decide_guarded
-from .blocks import Blocked, never_admitted, remember, remembered
-from .giveback import agive_back, give_back, taken
+from .block_cache import Blocked, never_admitted, remember, remembered
+from .refunds import agive_back, give_back, taken
 from .state import state_of
 
 logger = logging.getLogger("django_throttle")

@@ -38,7 +38,7 @@ FOLD_TTL = 3600  # seconds a taken hash stays, for its folder to read it after a
 
 
 def _load(name: str) -> tuple[str, str]:
-    source = resources.files("django_throttle.recording").joinpath("lua", name).read_text("utf-8")
+    source = resources.files("django_throttle.store").joinpath("lua", name).read_text("utf-8")
     return source, sha1(source)
 
 

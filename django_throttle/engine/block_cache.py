@@ -4,9 +4,9 @@ rejects that client itself until then, without a store call.
 Only rejections whose end does not depend on what comes next are remembered: a client
 blocked by a rule's block duration, or rejected at a cost of 1 with nothing remaining (then
 no request of that client fits before ``retry_after``). Concurrency rules are never
-remembered: a lease ends whenever its request finishes. The memory is the RuleSet's, so a
-rule change, or a reset (announced as one), empties it in every process within
-RULES_REFRESH.
+remembered: a lease ends whenever its request finishes. The memory is the RuleSet's: a
+reload keeps what it holds under the rules it did not change, and a reset or refund anywhere
+empties it in every process within RULES_REFRESH (the blocks token, rules/cache.py).
 """
 
 from __future__ import annotations
