@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, overload
 
 from django.conf import settings
-from django.core.signals import setting_changed
+
+from .runtime import runtime
 
 SETTING_NAME = "DJANGO_THROTTLE"
 REDIS_CACHE_PREFIX = "django_redis."
@@ -44,30 +45,6 @@ class Problem:
 def raw_settings() -> dict[str, Any]:
     value = getattr(settings, SETTING_NAME, {})
     return value if isinstance(value, dict) else {}
-
-
-class _Values:
-    """The settings' values in force, by name, and a generation that moves when they change:
-    a value read from settings that changed meanwhile is not kept."""
-
-    def __init__(self) -> None:
-        self.values: dict[str, Any] = {}
-        self.generation = 0
-
-    def forget(self) -> None:
-        self.generation += 1
-        self.values = {}
-
-
-_values = _Values()
-
-
-def _settings_changed(setting: str, **kwargs: Any) -> None:
-    if setting == SETTING_NAME:
-        _values.forget()
-
-
-setting_changed.connect(_settings_changed, dispatch_uid="django_throttle.conf")
 
 
 class Setting(Generic[T]):
@@ -107,16 +84,17 @@ class Setting(Generic[T]):
     def __get__(self, obj: object | None, owner: type) -> Setting[T] | T:
         if obj is None:
             return self
+        # The runtime's dict: a value read while the settings change lands in the runtime
+        # being replaced, never in the new one.
+        values = runtime().settings
         try:
-            return _values.values[self.name]  # type: ignore[no-any-return]
+            return values[self.name]  # type: ignore[no-any-return]
         except KeyError:
             pass
-        generation = _values.generation
         value: T = raw_settings().get(self.name, self.default)
         if self.convert is not None:
             value = self.convert(value)
-        if generation == _values.generation:
-            _values.values[self.name] = value
+        values[self.name] = value
         return value
 
     def problem(self, value: Any) -> Problem | None:
