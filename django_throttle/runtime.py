@@ -46,7 +46,7 @@ class Runtime:
             part = self._parts.get(kind)
             if part is None:
                 part = self._parts[kind] = kind()
-            return part  # type: ignore[no-any-return]
+            return part
 
     def built(self, kind: type[P]) -> P | None:
         """This runtime's instance of ``kind`` if it was made already (never makes one)."""
