@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = [
+__all__ = (
     "Decision",
     "aacquire",
     "acheck",
@@ -18,7 +19,7 @@ __all__ = [
     "refund_key",
     "reset",
     "throttle",
-]
+)
 
 if TYPE_CHECKING:
     from .api import (
@@ -36,20 +37,22 @@ if TYPE_CHECKING:
     from .decision import Decision
     from .decorators import throttle
 
-_LAZY = {
-    "throttle": "decorators",
-    "check": "api",
-    "acheck": "api",
-    "reset": "api",
-    "check_key": "api",
-    "acheck_key": "api",
-    "acquire": "api",
-    "aacquire": "api",
-    "refund": "api",
-    "arefund": "api",
-    "refund_key": "api",
-    "Decision": "decision",
-}
+_LAZY = MappingProxyType(
+    {
+        "throttle": "decorators",
+        "check": "api",
+        "acheck": "api",
+        "reset": "api",
+        "check_key": "api",
+        "acheck_key": "api",
+        "acquire": "api",
+        "aacquire": "api",
+        "refund": "api",
+        "arefund": "api",
+        "refund_key": "api",
+        "Decision": "decision",
+    }
+)
 
 
 def __getattr__(name: str) -> Any:

@@ -16,10 +16,17 @@ from .compiled import CompiledRule
 from .conf import conf
 from .keys import client_ip
 from .networks import address_in, cached_networks
+from .runtime import runtime
 
-_memberships: dict[Any, tuple[frozenset[int], float]] = {}
-_lock = threading.Lock()
 MAX_CACHED_USERS = 10_000
+
+
+class Memberships:
+    """Users' group ids as read lately, with when each is read again (a runtime part)."""
+
+    def __init__(self) -> None:
+        self.groups: dict[Any, tuple[frozenset[int], float]] = {}
+        self.lock = threading.Lock()
 
 
 def counts(rule: CompiledRule, request: Any, memo: dict[str, str | None]) -> bool:
@@ -54,18 +61,20 @@ def counts(rule: CompiledRule, request: Any, memo: dict[str, str | None]) -> boo
 def group_ids(user: Any) -> frozenset[int]:
     """The ids of the user's groups, read at most once per RULES_REFRESH per user."""
     now = time.monotonic()
-    cached = _memberships.get(user.pk)
+    memberships = runtime().part(Memberships)
+    cached = memberships.groups.get(user.pk)
     if cached is not None and cached[1] > now:
         return cached[0]
     ids = frozenset(user.groups.values_list("pk", flat=True))
-    with _lock:
-        if len(_memberships) >= MAX_CACHED_USERS:
-            _memberships.clear()  # a bound on memory: the next requests read again
-        _memberships[user.pk] = (ids, now + max(conf.RULES_REFRESH, 1.0))
+    with memberships.lock:
+        if len(memberships.groups) >= MAX_CACHED_USERS:
+            memberships.groups.clear()  # a bound on memory: the next requests read again
+        memberships.groups[user.pk] = (ids, now + max(conf.RULES_REFRESH, 1.0))
     return ids
 
 
 def forget_memberships() -> None:
     """Read every user's groups again (rules reloaded in tests, groups edited)."""
-    with _lock:
-        _memberships.clear()
+    memberships = runtime().part(Memberships)
+    with memberships.lock:
+        memberships.groups.clear()

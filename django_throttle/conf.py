@@ -16,7 +16,7 @@ from typing import Any, Generic, TypeVar, overload
 
 from django.conf import settings
 
-from .runtime import runtime
+from .runtime import current
 
 SETTING_NAME = "DJANGO_THROTTLE"
 REDIS_CACHE_PREFIX = "django_redis."
@@ -86,7 +86,7 @@ class Setting(Generic[T]):
             return self
         # The runtime's dict: a value read while the settings change lands in the runtime
         # being replaced, never in the new one.
-        values = runtime().settings
+        values = current.runtime.settings
         try:
             return values[self.name]  # type: ignore[no-any-return]
         except KeyError:

@@ -10,18 +10,22 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
+from collections.abc import Mapping
+from types import MappingProxyType
 
 from .choices import Algorithm
 from .conf import conf
 
-ALGORITHM_CODES: dict[str, str] = {
-    Algorithm.FIXED_WINDOW: "f",
-    Algorithm.SLIDING_WINDOW_LOG: "l",
-    Algorithm.SLIDING_WINDOW_COUNTER: "c",
-    Algorithm.TOKEN_BUCKET: "t",
-    Algorithm.LEAKY_BUCKET: "b",
-    Algorithm.CONCURRENCY: "n",
-}
+ALGORITHM_CODES: Mapping[str, str] = MappingProxyType(
+    {
+        Algorithm.FIXED_WINDOW: "f",
+        Algorithm.SLIDING_WINDOW_LOG: "l",
+        Algorithm.SLIDING_WINDOW_COUNTER: "c",
+        Algorithm.TOKEN_BUCKET: "t",
+        Algorithm.LEAKY_BUCKET: "b",
+        Algorithm.CONCURRENCY: "n",
+    }
+)
 
 CALENDAR_CODE = "k"  # decide.lua's code of a fixed window of weeks or months (state: "f")
 BLOCK_SUFFIX = ":b"  # a rule's block of a client: its state key + this (same hash tag, same slot)

@@ -6,8 +6,7 @@ Under ``PROMETHEUS_MULTIPROC_DIR`` the values go to prometheus_client's per-proc
 like any other metric.
 
 ``METRICS`` (True, False or "auto": on when prometheus_client imports) is read at the first
-hook after start-up and after every settings change (``reconfigure()``), then kept as a
-plain attribute, ``switch.on``: a hook costs one attribute read while metrics are off. The
+hook after start-up and after every settings change (a new runtime), then kept. The
 instruments are created once per process, at first use, and kept: a settings change turns
 recording on or off but never registers them twice.
 
@@ -23,6 +22,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Protocol
 
 from .conf import conf
+from .runtime import Runtime, runtime
 
 if TYPE_CHECKING:
     from prometheus_client import Counter
@@ -148,60 +148,77 @@ class Instruments:
             child.inc()
 
 
-class Switch:
-    """``on``: whether metrics are recorded. Read on every request, so once known it is a
-    plain instance attribute; ``__getattr__`` runs only while it is not (at first use, and
-    after ``reconfigure()`` forgot it)."""
+class Metrics:
+    """Whether metrics are recorded, read from METRICS when the runtime is built, and the
+    instruments (a runtime part; the instruments, registered once per process in the default
+    registry, are handed on to every new runtime)."""
 
-    on: bool
+    from_code = True
 
-    def __getattr__(self, name: str) -> bool:
-        if name != "on":
-            raise AttributeError(name)
-        on = self.on = _resolve()
+    def __init__(self) -> None:
+        self.instruments: Instruments | None = None
+        self.lock = threading.Lock()
+        self.failed = False  # a metric could not be recorded: said once
+        self._on: bool | None = None
+
+    @property
+    def on(self) -> bool:
+        on = self._on
+        if on is None:
+            on = self._on = self._resolve()
         return on
 
-    def forget(self) -> None:
-        self.__dict__.pop("on", None)
+    @on.setter
+    def on(self, value: bool) -> None:
+        self._on = value
+
+    def _resolve(self) -> bool:
+        wanted = conf.METRICS
+        if wanted is not True and wanted != "auto":
+            return False
+        try:
+            # Imported at each resolution: whether it imports is the setting.
+            import prometheus_client  # noqa: F401
+        except ImportError:
+            if wanted is True:
+                logger.error(
+                    "django_throttle: METRICS is True but prometheus_client is not installed; "
+                    "no metrics are recorded (%s)",
+                    INSTALL_HINT,
+                )
+            return False
+        with self.lock:
+            if self.instruments is None:
+                try:
+                    self.instruments = Instruments()
+                except Exception:  # PROMETHEUS_MULTIPROC_DIR missing, say: no metrics, no 500s
+                    logger.exception(
+                        "django_throttle: metrics could not be set up; none are recorded"
+                    )
+                    return False
+        return True
+
+    def handover(self, successor: Runtime) -> None:
+        with self.lock:
+            if self.instruments is not None:
+                successor.part(Metrics).instruments = self.instruments
 
 
-switch = Switch()
-_instruments: Instruments | None = None
-_lock = threading.Lock()
-_warned = False
-_failed = False
+class _Switch:
+    """``switch.on``: whether metrics are recorded (the runtime's Metrics part says)."""
+
+    __slots__ = ()
+
+    @property
+    def on(self) -> bool:
+        return runtime().part(Metrics).on
+
+    @on.setter
+    def on(self, value: bool) -> None:
+        runtime().part(Metrics).on = value
 
 
-def _resolve() -> bool:
-    global _instruments, _warned
-    wanted = conf.METRICS
-    if wanted is not True and wanted != "auto":
-        return False
-    try:
-        # Imported on each resolution, not only the first: whether it imports is the setting.
-        import prometheus_client  # noqa: F401
-    except ImportError:
-        if wanted is True and not _warned:
-            _warned = True
-            logger.error(
-                "django_throttle: METRICS is True but prometheus_client is not installed; "
-                "no metrics are recorded (%s)",
-                INSTALL_HINT,
-            )
-        return False
-    with _lock:
-        if _instruments is None:
-            try:
-                _instruments = Instruments()
-            except Exception:  # PROMETHEUS_MULTIPROC_DIR missing, say: no metrics, no 500s
-                logger.exception("django_throttle: metrics could not be set up; none are recorded")
-                return False
-    return True
-
-
-def reconfigure() -> None:
-    """Read METRICS again at the next hook (the settings changed)."""
-    switch.forget()
+switch = _Switch()
 
 
 def client_installed() -> bool:
@@ -214,14 +231,15 @@ def client_installed() -> bool:
 
 
 def _recording() -> Instruments | None:
-    return _instruments if switch.on else None
+    part = runtime().part(Metrics)
+    return part.instruments if part.on else None
 
 
 def _failure() -> None:
     # A full disk under PROMETHEUS_MULTIPROC_DIR, say: said once, and the request goes on.
-    global _failed
-    if not _failed:
-        _failed = True
+    part = runtime().part(Metrics)
+    if not part.failed:
+        part.failed = True
         logger.exception("django_throttle: a metric could not be recorded")
 
 

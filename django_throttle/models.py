@@ -32,7 +32,7 @@ from .patterns import UnsafePattern, check_pattern
 from .rates import CALENDAR_UNITS, MAX_PER, MAX_WINDOW, MONTH, UNIT_SECONDS, describe
 from .signals import rules_written
 
-__all__ = [
+__all__ = (
     "Action",
     "Algorithm",
     "Dashboard",
@@ -43,7 +43,7 @@ __all__ = [
     "RejectionAction",
     "Rule",
     "Unit",
-]
+)
 
 _METHOD_RE = re.compile(r"^[A-Z]+$")
 _HEADER_RE = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")  # an RFC 9110 token

@@ -24,6 +24,7 @@ import importlib
 import re
 import warnings
 from collections.abc import Callable, Iterable, Sequence
+from types import MappingProxyType
 from typing import Any
 
 import re2
@@ -52,28 +53,34 @@ _MULTILINE = _C.SRE_FLAG_MULTILINE
 _DOTALL = _C.SRE_FLAG_DOTALL
 _ASCII = _C.SRE_FLAG_ASCII
 _LOOKAROUND = "lookarounds ((?=...), (?!...), (?<=...), (?<!...))"
-_REFUSED = {
-    _C.ASSERT: _LOOKAROUND,
-    _C.ASSERT_NOT: _LOOKAROUND,
-    _C.GROUPREF: "backreferences (\\1, (?P=name))",
-    _C.GROUPREF_EXISTS: "conditional groups ((?(1)...))",
-}
-for _name, _what in (
-    ("POSSESSIVE_REPEAT", "possessive repeats (a*+, a++, a?+)"),
-    ("ATOMIC_GROUP", "atomic groups ((?>...))"),
-):
-    if hasattr(_C, _name):  # Python 3.11+
-        _REFUSED[getattr(_C, _name)] = _what
-_CATEGORIES = {  # sre's category -> (the class in Python's syntax, negated)
-    _C.CATEGORY_DIGIT: ("\\d", False),
-    _C.CATEGORY_NOT_DIGIT: ("\\d", True),
-    _C.CATEGORY_SPACE: ("\\s", False),
-    _C.CATEGORY_NOT_SPACE: ("\\s", True),
-    _C.CATEGORY_WORD: ("\\w", False),
-    _C.CATEGORY_NOT_WORD: ("\\w", True),
-}
-_CLASS_OPS = {_C.LITERAL, _C.NOT_LITERAL, _C.ANY, _C.IN}
-_REPEATS = {_C.MAX_REPEAT, _C.MIN_REPEAT}
+_REFUSED = MappingProxyType(
+    {
+        _C.ASSERT: _LOOKAROUND,
+        _C.ASSERT_NOT: _LOOKAROUND,
+        _C.GROUPREF: "backreferences (\\1, (?P=name))",
+        _C.GROUPREF_EXISTS: "conditional groups ((?(1)...))",
+        **{
+            getattr(_C, name): what
+            for name, what in (
+                ("POSSESSIVE_REPEAT", "possessive repeats (a*+, a++, a?+)"),
+                ("ATOMIC_GROUP", "atomic groups ((?>...))"),
+            )
+            if hasattr(_C, name)  # Python 3.11+
+        },
+    }
+)
+_CATEGORIES = MappingProxyType(
+    {  # sre's category -> (the class in Python's syntax, negated)
+        _C.CATEGORY_DIGIT: ("\\d", False),
+        _C.CATEGORY_NOT_DIGIT: ("\\d", True),
+        _C.CATEGORY_SPACE: ("\\s", False),
+        _C.CATEGORY_NOT_SPACE: ("\\s", True),
+        _C.CATEGORY_WORD: ("\\w", False),
+        _C.CATEGORY_NOT_WORD: ("\\w", True),
+    }
+)
+_CLASS_OPS = frozenset({_C.LITERAL, _C.NOT_LITERAL, _C.ANY, _C.IN})
+_REPEATS = frozenset({_C.MAX_REPEAT, _C.MIN_REPEAT})
 
 
 class UnsafePattern(ValueError):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import NamedTuple
 
 SECOND, MINUTE, HOUR, DAY, WEEK, MONTH = "second", "minute", "hour", "day", "week", "month"
@@ -10,33 +12,37 @@ SECOND, MINUTE, HOUR, DAY, WEEK, MONTH = "second", "minute", "hour", "day", "wee
 # A week or a month is a calendar window (calendar_windows.py): its length in seconds varies
 # with daylight saving and the month; the figure here is its nominal length (a month: the
 # mean Gregorian month), for the window's size in headers and range checks.
-UNIT_SECONDS: dict[str, int] = {
-    SECOND: 1,
-    MINUTE: 60,
-    HOUR: 3600,
-    DAY: 86400,
-    WEEK: 7 * 86400,
-    MONTH: 2_629_746,
-}
+UNIT_SECONDS: Mapping[str, int] = MappingProxyType(
+    {
+        SECOND: 1,
+        MINUTE: 60,
+        HOUR: 3600,
+        DAY: 86400,
+        WEEK: 7 * 86400,
+        MONTH: 2_629_746,
+    }
+)
 CALENDAR_UNITS = frozenset({WEEK, MONTH})
 
 # Accepted spellings of a unit in a rate string, shortest first.
-_UNIT_ALIASES: dict[str, str] = {
-    "s": SECOND,
-    "sec": SECOND,
-    "second": SECOND,
-    "m": MINUTE,
-    "min": MINUTE,
-    "minute": MINUTE,
-    "h": HOUR,
-    "hour": HOUR,
-    "d": DAY,
-    "day": DAY,
-    "w": WEEK,
-    "week": WEEK,
-    "mo": MONTH,
-    "month": MONTH,
-}
+_UNIT_ALIASES: Mapping[str, str] = MappingProxyType(
+    {
+        "s": SECOND,
+        "sec": SECOND,
+        "second": SECOND,
+        "m": MINUTE,
+        "min": MINUTE,
+        "minute": MINUTE,
+        "h": HOUR,
+        "hour": HOUR,
+        "d": DAY,
+        "day": DAY,
+        "w": WEEK,
+        "week": WEEK,
+        "mo": MONTH,
+        "month": MONTH,
+    }
+)
 
 
 MAX_PER = 1_000_000  # units in one window

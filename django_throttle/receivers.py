@@ -1,21 +1,19 @@
 """Signal receivers, connected by AppConfig.ready(): a rule written anywhere reloads every
-process's rules; a settings change rebuilds the store and the rule cache; the end of a
-request ends its concurrency leases."""
+process's rules; the end of a request ends its concurrency leases."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.core.signals import request_finished, request_started, setting_changed
+from django.core.signals import request_finished, request_started
 from django.db import models
 from django.db.models.signals import m2m_changed, post_delete, post_save, pre_save
 from django.utils import timezone
 
 from .engine import flow
 from .models import Override, Rule, validate_row
-from .rules import reset_rule_cache, rules_changed
+from .rules import rules_changed
 from .signals import rules_written
-from .store import reset_store
 
 
 def rule_written(**kwargs: Any) -> None:
@@ -43,12 +41,6 @@ def rule_touched(instance: Any, **kwargs: Any) -> None:
     rules_changed()
 
 
-def settings_changed(setting: str, **kwargs: Any) -> None:
-    if setting in ("DJANGO_THROTTLE", "CACHES"):
-        reset_rule_cache()
-        reset_store()
-
-
 def connect() -> None:
     pre_save.connect(raw_rule_saved, sender=Rule, dispatch_uid="django_throttle.rule_loaded")
     post_save.connect(rule_written, sender=Rule, dispatch_uid="django_throttle.rule_saved")
@@ -63,6 +55,5 @@ def connect() -> None:
     for through in (Rule.groups.through, Rule.exempt_groups.through):
         m2m_changed.connect(rule_touched, sender=through, dispatch_uid=f"django_throttle.{through}")
     rules_written.connect(rule_written, dispatch_uid="django_throttle.rules_written")
-    setting_changed.connect(settings_changed, dispatch_uid="django_throttle.setting_changed")
     request_started.connect(flow.request_started, dispatch_uid="django_throttle.request_started")
     request_finished.connect(flow.request_finished, dispatch_uid="django_throttle.request_finished")

@@ -24,8 +24,9 @@ class Runtime:
     """One instance of each part of this process's state, and the settings' values in force.
 
     A part may define ``handover(successor)``, called when the runtime is replaced, to pass on
-    what settings do not make (the code defaults registered by decorators, rejection counts not
-    yet written), and ``close()``, called once its runtime is replaced.
+    what settings do not make (rejection counts not yet written; with ``from_code`` True on its
+    class, what code registered at import, handed on even to a fresh runtime), and ``close()``,
+    called once its runtime is replaced.
     """
 
     __slots__ = ("_lock", "_parts", "settings")
@@ -52,12 +53,12 @@ class Runtime:
         """This runtime's instance of ``kind`` if it was made already (never makes one)."""
         return self._parts.get(kind)
 
-    def _handover(self, successor: Runtime) -> None:
+    def _handover(self, successor: Runtime, state: bool) -> None:
         with self._lock:
             parts = list(self._parts.values())
         for part in parts:
             handover = getattr(part, "handover", None)
-            if handover is not None:
+            if handover is not None and (state or getattr(part, "from_code", False)):
                 handover(successor)
 
     def close(self) -> None:
@@ -69,8 +70,9 @@ class Runtime:
                 close()
 
 
-class _Current:
-    """The one mutable binding of the package: which runtime is in force."""
+class Current:
+    """The one mutable binding of the package: which runtime is in force (``current.runtime``
+    is what ``runtime()`` returns, read without a call where every request reads it)."""
 
     __slots__ = ("lock", "runtime")
 
@@ -79,22 +81,22 @@ class _Current:
         self.lock = threading.Lock()
 
 
-_current = _Current()
+current = Current()
 
 
 def runtime() -> Runtime:
     """The runtime in force."""
-    return _current.runtime
+    return current.runtime
 
 
 def replace_runtime(handover: bool = True) -> Runtime:
     """Put a new runtime in force and close the old one; with ``handover`` its parts pass on
-    what they keep across a settings change (tests pass False to start from nothing)."""
-    with _current.lock:
-        old, new = _current.runtime, Runtime()
-        if handover:
-            old._handover(new)
-        _current.runtime = new
+    what they keep across a settings change (tests pass False to start afresh: only what code
+    registered at import is kept)."""
+    with current.lock:
+        old, new = current.runtime, Runtime()
+        old._handover(new, state=handover)
+        current.runtime = new
     old.close()
     return new
 

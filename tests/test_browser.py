@@ -68,9 +68,9 @@ def traffic() -> None:
     for minutes_ago in range(1, 60):  # a steady trickle on login, a burst on the API
         when = now - 60 * minutes_ago
         for n in range(round(4 + 3 * math.sin(minutes_ago / 4))):
-            rejection_log.add("login", f"ip:192.0.2.{50 + n % 3}", "reject", when=when)
+            rejection_log().add("login", f"ip:192.0.2.{50 + n % 3}", "reject", when=when)
         for _ in range(9 if 20 <= minutes_ago <= 28 else 0):
-            rejection_log.add("api", "ip:192.0.2.10", "reject", when=when)
+            rejection_log().add("api", "ip:192.0.2.10", "reject", when=when)
     flush()
 
 

@@ -233,7 +233,7 @@ def test_actions_are_told_apart(admin_client):
     rule("closed", "closed", 1, fail_mode="closed")
     rule("trial", "trial", 1, action="log")
     now = timezone.now().timestamp()
-    rejection_log.add("closed", "ip:192.0.2.1", "unavailable", when=now)
+    rejection_log().add("closed", "ip:192.0.2.1", "unavailable", when=now)
     trial = partial(RequestFactory().post, "/", REMOTE_ADDR="192.0.2.1")
     assert [check(trial(), "trial").allowed for _ in range(3)] == [True] * 3  # log only
     flush()
@@ -247,7 +247,7 @@ def test_actions_are_told_apart(admin_client):
 def test_user_keys_show_the_username(admin_client, django_user_model):
     alice = django_user_model.objects.create_user("alice", password="pw")
     rule("per-user", "per-user", 1, key_kind="user")
-    rejection_log.add("per-user", f"user:{alice.pk}", "reject")
+    rejection_log().add("per-user", f"user:{alice.pk}", "reject")
     flush()
     html = admin_client.get(DASHBOARD).content.decode()
     assert f"user:{alice.pk} (alice)" in html
@@ -255,8 +255,8 @@ def test_user_keys_show_the_username(admin_client, django_user_model):
 
 def test_only_complete_keys_get_an_inspect_link(admin_client, login_rule):
     long_value = "v" * 200
-    rejection_log.add("login", f"ip:{CLIENT_IP}", "reject")
-    rejection_log.add("login", "header:" + long_value, "reject")
+    rejection_log().add("login", f"ip:{CLIENT_IP}", "reject")
+    rejection_log().add("login", "header:" + long_value, "reject")
     flush()
     rows = admin_client.get(DASHBOARD).context["data"]["top_keys"]
     links = {row["display"]: row["inspect_url"] for row in rows}

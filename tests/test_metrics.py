@@ -281,7 +281,6 @@ def test_without_prometheus_client_requests_are_decided_and_nothing_recorded(
     setting: Any, configure: Any, client: Any, monkeypatch: Any, caplog: Any
 ) -> None:
     monkeypatch.setitem(sys.modules, "prometheus_client", None)  # import raises ImportError
-    monkeypatch.setattr(metrics, "_warned", False)
     configure(METRICS=setting)
     rule("api", "/api/", 2)
     before = snapshot()

@@ -70,8 +70,8 @@ def wait_for(condition: Any, within: float) -> None:
 def test_admitted_requests_are_not_recorded_and_start_no_thread(client):
     rule("api", "/api/", 5)
     assert statuses(client, "/api/items/", 5) == [200] * 5
-    assert len(rejection_log) == 0
-    assert rejection_log._thread is None
+    assert len(rejection_log()) == 0
+    assert rejection_log()._thread is None
     assert flush() == 0
     assert rows() == []
 
@@ -82,7 +82,7 @@ def test_rejections_are_counted_per_rule_client_and_action(client):
     rule("api", "/api/", 2)
     assert statuses(client, "/api/items/", 5, REMOTE_ADDR="203.0.113.7") == [200, 200] + [429] * 3
     assert statuses(client, "/api/items/", 3, REMOTE_ADDR="203.0.113.8") == [200, 200, 429]
-    assert len(rejection_log) == 2  # nothing written yet: counted in memory
+    assert len(rejection_log()) == 2  # nothing written yet: counted in memory
     assert rows() == []
 
     assert flush() == 2
@@ -93,7 +93,7 @@ def test_rejections_are_counted_per_rule_client_and_action(client):
     stored = Rejection.objects.get(display="ip:203.0.113.7")
     assert stored.key == digest("ip:203.0.113.7")  # as the store keys the client
     assert stored.minute.second == 0 and stored.minute.microsecond == 0
-    assert len(rejection_log) == 0
+    assert len(rejection_log()) == 0
 
 
 @DB
@@ -264,15 +264,15 @@ def test_each_flush_adds_to_the_rows_already_written(upsert):
 
 @pytest.mark.django_db(transaction=True)
 def test_a_failed_flush_keeps_the_counts_for_the_next_one(caplog):
-    rejection_log.add("api", "ip:192.0.2.1", "reject")
-    rejection_log.add("api", "ip:192.0.2.1", "reject")
+    rejection_log().add("api", "ip:192.0.2.1", "reject")
+    rejection_log().add("api", "ip:192.0.2.1", "reject")
     table = connection.ops.quote_name(Rejection._meta.db_table)
     moved = connection.ops.quote_name(Rejection._meta.db_table + "_away")
     with connection.cursor() as cursor:
         cursor.execute(f"ALTER TABLE {table} RENAME TO {moved}")
     try:
         assert flush() == 0  # a real database error
-        assert rejection_log.pending == 2
+        assert rejection_log().pending == 2
     finally:
         with connection.cursor() as cursor:
             cursor.execute(f"ALTER TABLE {moved} RENAME TO {table}")
@@ -287,24 +287,24 @@ def test_a_failed_flush_keeps_the_counts_for_the_next_one(caplog):
 @pytest.mark.django_db(transaction=True)
 def test_the_flusher_thread_persists_counts_within_flush_interval(settings):
     settings.DJANGO_THROTTLE = {**settings.DJANGO_THROTTLE, "FLUSH_INTERVAL": 0.2}
-    rejection_log.add("api", "ip:192.0.2.1", "reject")
-    assert rejection_log._thread is not None  # started by the first rejection
+    rejection_log().add("api", "ip:192.0.2.1", "reject")
+    assert rejection_log()._thread is not None  # started by the first rejection
     wait_for(lambda: Rejection.objects.exists(), within=30)
     assert rows() == [("api", "ip:192.0.2.1", "reject", 1)]
-    wait_for(lambda: rejection_log._thread is None, within=30)  # nothing left: it stops
+    wait_for(lambda: rejection_log()._thread is None, within=30)  # nothing left: it stops
 
 
 def test_a_forked_child_starts_with_an_empty_buffer():
-    rejection_log.add("api", "ip:192.0.2.1", "reject")
-    assert len(rejection_log) == 1
+    rejection_log().add("api", "ip:192.0.2.1", "reject")
+    assert len(rejection_log()) == 1
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # "multi-threaded, fork()": known
         pid = os.fork()
     if pid == 0:  # the child: the parent's counts are the parent's to write
-        os._exit(0 if len(rejection_log) == 0 and rejection_log._thread is None else 1)
+        os._exit(0 if len(rejection_log()) == 0 and rejection_log()._thread is None else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
-    assert len(rejection_log) == 1  # the parent keeps its own
+    assert len(rejection_log()) == 1  # the parent keeps its own
 
 
 # Two OS processes serve requests on one SQLite file (the test database lives in this
@@ -440,7 +440,7 @@ def test_throttle_prune_command_prunes_with_the_setting_or_days(settings):
 @DB
 def test_the_flush_prunes_old_rows():
     make_row(timedelta(days=400), "ip:192.0.2.99")
-    rejection_log.add("api", "ip:192.0.2.1", "reject")
+    rejection_log().add("api", "ip:192.0.2.1", "reject")
     flush()
     assert rows() == [("api", "ip:192.0.2.1", "reject", 1)]
 
@@ -450,8 +450,8 @@ def test_the_flush_prunes_old_rows():
 
 @DB
 def test_throttle_flush_command_persists_the_counts_of_its_process():
-    rejection_log.add("api", "ip:192.0.2.1", "reject")
-    rejection_log.add("api", "ip:192.0.2.1", "reject")
+    rejection_log().add("api", "ip:192.0.2.1", "reject")
+    rejection_log().add("api", "ip:192.0.2.1", "reject")
     out = io.StringIO()
     call_command("throttle_flush", stdout=out)
     assert "Flushed 1 rejection row(s)." in out.getvalue()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from types import MappingProxyType
 from typing import Any
 
 from django.db.models import Max, Sum
@@ -23,11 +24,13 @@ class Period:
     tick_format: str  # django.utils.dateformat
 
 
-PERIODS = {
-    "hour": Period(timedelta(hours=1), 60, _("last hour"), "H:i"),
-    "day": Period(timedelta(days=1), 15 * 60, _("last day"), "H:i"),
-    "week": Period(timedelta(days=7), 2 * 3600, _("last week"), "D H:i"),
-}
+PERIODS = MappingProxyType(
+    {
+        "hour": Period(timedelta(hours=1), 60, _("last hour"), "H:i"),
+        "day": Period(timedelta(days=1), 15 * 60, _("last day"), "H:i"),
+        "week": Period(timedelta(days=7), 2 * 3600, _("last week"), "D H:i"),
+    }
+)
 DEFAULT_PERIOD = "hour"
 MAX_SERIES = 8  # rules drawn one by one; the rest are summed as "other rules"
 TOP_KEYS = 20

@@ -12,8 +12,10 @@ rejection counts every process handed to Redis (``recording.collect()``).
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlencode
 
@@ -95,14 +97,16 @@ class ResetForm(forms.Form):
     key = forms.CharField(max_length=2000, strip=True)
 
 
-KEY_PREFIXES: dict[str, tuple[str, ...]] = {
-    KeyKind.IP: ("ip:",),
-    KeyKind.USER: ("user:",),
-    KeyKind.USER_OR_IP: ("user:", "ip:"),
-    KeyKind.HEADER: ("header:",),
-    KeyKind.PARAM: ("param:",),
-    KeyKind.CUSTOM: ("custom:",),
-}
+KEY_PREFIXES: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        KeyKind.IP: ("ip:",),
+        KeyKind.USER: ("user:",),
+        KeyKind.USER_OR_IP: ("user:", "ip:"),
+        KeyKind.HEADER: ("header:",),
+        KeyKind.PARAM: ("param:",),
+        KeyKind.CUSTOM: ("custom:",),
+    }
+)
 
 
 def key_mismatch(rule: Rule, key: str) -> str | None:
@@ -338,11 +342,13 @@ def collect_counts() -> None:
         logger.exception("django_throttle: the dashboard could not collect rejection counts")
 
 
-ACTION_LABELS = {
-    REJECT: _("rejected (429)"),
-    UNAVAILABLE: _("failed closed (503)"),
-    SHADOW: _("shadow"),
-}
+ACTION_LABELS = MappingProxyType(
+    {
+        REJECT: _("rejected (429)"),
+        UNAVAILABLE: _("failed closed (503)"),
+        SHADOW: _("shadow"),
+    }
+)
 
 
 def _initial(request: HttpRequest) -> dict[str, Any]:

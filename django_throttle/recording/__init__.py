@@ -49,6 +49,7 @@ import os
 
 from ..choices import RejectionAction
 from ..decision import Decision
+from ..runtime import runtime
 from ..store import Result
 from .buffer import MAX_KEYS, PUSH_INTERVAL, RejectionLog
 from .database import (
@@ -71,7 +72,7 @@ from .text import (
     is_complete,
 )
 
-__all__ = [
+__all__ = (
     "ACTIONS",
     "DISPLAY_CHARS",
     "DISPLAY_VALUE_CHARS",
@@ -97,7 +98,7 @@ __all__ = [
     "rejection_log",
     "write",
     "write_each",
-]
+)
 
 logger = logging.getLogger("django_throttle")
 
@@ -108,27 +109,38 @@ REJECT, UNAVAILABLE, SHADOW = (
 )
 ACTIONS = (REJECT, UNAVAILABLE, SHADOW)
 
-rejection_log = RejectionLog()
+
+def rejection_log() -> RejectionLog:
+    """This process's rejection log (the runtime's)."""
+    return runtime().part(RejectionLog)
+
+
+def _after_fork_in_child() -> None:
+    log = runtime().built(RejectionLog)
+    if log is not None:
+        log._after_fork()
+
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=rejection_log._after_fork)
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 @atexit.register
 def _flush_at_exit() -> None:
-    if len(rejection_log):
+    log = runtime().built(RejectionLog)
+    if log is not None and len(log):
         # The interpreter is going away: if neither Redis nor the database can be reached,
         # nothing can be done.
         with contextlib.suppress(Exception):
-            rejection_log.collect()
-            if len(rejection_log):  # the database failed: Redis keeps them for another process
-                rejection_log.push()
+            log.collect()
+            if len(log):  # the database failed: Redis keeps them for another process
+                log.push()
 
 
 def flush() -> int:
     """Write the rejection counts of this process, and those every process handed to Redis,
     to the database now; prune and compact if due. Return the rows written."""
-    return rejection_log.flush()
+    return rejection_log().flush()
 
 
 def collect(timeout: float = -1) -> int:
@@ -136,12 +148,10 @@ def collect(timeout: float = -1) -> int:
     to the database now (no pruning or compaction). Return the rows written. ``timeout``:
     seconds to wait for this process's own collection under way (-1: as long as it takes);
     past it, nothing is done here (that one writes them)."""
-    return rejection_log.collect(timeout)
+    return rejection_log().collect(timeout)
 
 
 # -- from a decision to counts ------------------------------------------------------------
-
-_note_failed = False
 
 
 def note(decision: Decision) -> None:
@@ -153,16 +163,16 @@ def note(decision: Decision) -> None:
                 break
         else:
             return
+    log = rejection_log()
     try:
-        _note(decision)
+        _note(log, decision)
     except Exception:
-        global _note_failed
-        if not _note_failed:
-            _note_failed = True
+        if not log.note_failed:
+            log.note_failed = True
             logger.exception("django_throttle: a rejection could not be recorded")
 
 
-def _note(decision: Decision) -> None:
+def _note(rejection_log: RejectionLog, decision: Decision) -> None:
     if decision.unavailable and decision.rule is not None:
         rejection_log.add(decision.rule, decision.identity or UNKNOWN_IDENTITY, UNAVAILABLE)
     elif not decision.allowed:

@@ -13,6 +13,7 @@ from django.db import connections
 from .. import metrics
 from ..conf import conf
 from ..keyspace import digest
+from ..runtime import Runtime
 from ..store.errors import STORE_ERRORS
 from . import shared
 from .database import (
@@ -77,6 +78,7 @@ class RejectionLog:
         self._failing: set[str] = set()
         self.overflowed = 0  # rejections counted under OVERFLOW_KEY since the process started
         self.dropped = 0  # rejections the database refused even escaped (logged each time)
+        self.note_failed = False  # a decision could not be counted: said once
 
     def __len__(self) -> int:
         return len(self._counts)
@@ -147,6 +149,23 @@ class RejectionLog:
         with self._lock:
             counts, self._counts = self._counts, {}
             return counts
+
+    # -- as the runtime's part ------------------------------------------------------
+
+    def handover(self, successor: Runtime) -> None:
+        """The settings changed: the counts not yet handed on go to the new runtime's log."""
+        counts = self._swap()
+        if counts:
+            log = successor.part(RejectionLog)
+            log._keep(counts)
+            with log._lock:
+                log._active = True
+                if log._thread is None:
+                    log._start()
+
+    def close(self) -> None:
+        """Stop the flusher thread (a new runtime's log took over what was pending)."""
+        self.discard()
 
     # -- the flusher thread ---------------------------------------------------------
 

@@ -10,7 +10,6 @@ from .cache import (
     clients_reset,
     get_rules,
     load_rules,
-    reset_rule_cache,
     rule_cache,
     rules_changed,
 )
@@ -18,7 +17,7 @@ from .defaults import DefaultRule, ScopeSpec, default_scopes, defaults_of, regis
 from .ruleset import RuleSet
 from .selection import request_rules, scope_rules
 
-__all__ = [
+__all__ = (
     "CompiledRule",
     "DatabaseVersion",
     "DefaultRule",
@@ -35,8 +34,7 @@ __all__ = [
     "load_rules",
     "register",
     "request_rules",
-    "reset_rule_cache",
     "rule_cache",
     "rules_changed",
     "scope_rules",
-]
+)

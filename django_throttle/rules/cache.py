@@ -27,6 +27,7 @@ from redis.exceptions import ConnectionError
 from ..compiled import CompiledRule, compile_rule, with_overrides
 from ..conf import conf
 from ..models import Override, Rule
+from ..runtime import runtime
 from ..store import get_store
 from ..store.fallback import breaker, node_open
 from .ruleset import RuleSet
@@ -219,10 +220,13 @@ class RuleCache:
 
     def __init__(
         self,
-        version: RedisVersion | DatabaseVersion,
+        version: RedisVersion | DatabaseVersion | None = None,
         loader: Callable[[RuleSet | None], RuleSet] = load_rules,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        # The runtime's part (no argument) keeps its version where the settings say.
+        if version is None:
+            version = RedisVersion() if conf.uses_redis else DatabaseVersion()
         self.version = version
         self._loader = loader
         self._clock = clock
@@ -449,31 +453,14 @@ def _carry_blocks(old: RuleSet, new: RuleSet) -> None:
             new.blocked[key] = entry
 
 
-_cache: RuleCache | None = None
-_cache_lock = threading.Lock()
-
-
 def rule_cache() -> RuleCache:
-    global _cache
-    cache = _cache
-    if cache is None:
-        with _cache_lock:
-            if _cache is None:
-                _cache = RuleCache(RedisVersion() if conf.uses_redis else DatabaseVersion())
-            cache = _cache
-    return cache
+    """The process's rule cache (the runtime's)."""
+    return runtime().part(RuleCache)
 
 
 def get_rules() -> RuleSet:
     """The rules in force in this process."""
-    return rule_cache().get()
-
-
-def reset_rule_cache() -> None:
-    """Forget the cached rules and how their version is kept (settings changed)."""
-    global _cache
-    with _cache_lock:
-        _cache = None
+    return runtime().part(RuleCache).get()
 
 
 def clients_reset(state_keys: Iterable[str] = (), announce: bool = True) -> None:

@@ -16,6 +16,7 @@ from ..compiled import CompiledRule, build_rule, calendar_of
 from ..conf import conf
 from ..keyspace import state_prefix
 from ..rates import Rate
+from ..runtime import Runtime, runtime
 
 logger = logging.getLogger("django_throttle")
 
@@ -78,44 +79,55 @@ class ScopeSpec:
         return max(1, int(cost))
 
 
-_registry: dict[str, list[DefaultRule]] = {}
-_lock = threading.Lock()
+class Registry:
+    """The code defaults by scope, as decorators registered them (a runtime part, handed on
+    when the runtime is replaced: decorators run once, at import)."""
+
+    from_code = True
+
+    def __init__(self) -> None:
+        self.defaults: dict[str, list[DefaultRule]] = {}
+        self.views_imported = False
+        self.lock = threading.Lock()
+
+    def handover(self, successor: Runtime) -> None:
+        with self.lock:
+            successor.part(Registry).defaults = {s: list(d) for s, d in self.defaults.items()}
 
 
 def register(spec: ScopeSpec) -> None:
     """Make a decorator's code default known to every entry point of its scope."""
     default = spec.default
     if default is not None:
-        with _lock:
-            known = _registry.setdefault(spec.scope, [])
+        registry = runtime().part(Registry)
+        with registry.lock:
+            known = registry.defaults.setdefault(spec.scope, [])
             if all(d.rule_key != default.rule_key for d in known):  # the same default twice
                 known.append(default)
 
 
 def default_scopes() -> list[str]:
     """Every scope that has a code default, sorted (for the dashboard)."""
-    if not _views_imported:
-        _import_views()
-    return sorted(scope for scope, defaults in _registry.items() if defaults)
+    registry = _imported()
+    return sorted(scope for scope, defaults in registry.defaults.items() if defaults)
 
 
 def defaults_of(scope: str) -> list[DefaultRule]:
     """The code defaults registered for a scope, in the order their views were decorated."""
-    if not _views_imported:
-        _import_views()
-    return _registry.get(scope, [])
+    return _imported().defaults.get(scope, [])
 
 
-_views_imported = False
-
-
-def _import_views() -> None:
+def _imported() -> Registry:
     # Decorators register their defaults when their module is imported, which for most views
     # is when the URLconf is first loaded. A management command or a check() before the first
     # request must find them too: load the URLconf (once; Django caches it).
-    global _views_imported
-    _views_imported = True
-    try:
-        get_resolver().url_patterns  # noqa: B018  (the property imports the URLconf)
-    except Exception:
-        logger.exception("django_throttle: the URLconf could not be loaded to find code defaults")
+    registry = runtime().part(Registry)
+    if not registry.views_imported:
+        registry.views_imported = True
+        try:
+            get_resolver().url_patterns  # noqa: B018  (the property imports the URLconf)
+        except Exception:
+            logger.exception(
+                "django_throttle: the URLconf could not be loaded to find code defaults"
+            )
+    return registry

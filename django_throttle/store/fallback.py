@@ -338,7 +338,6 @@ def reset_fallback() -> None:
     breaker.reset()
     node_breakers.reset()
     local_fallback.clear()
-    metrics.reconfigure()  # a settings change resets the store: METRICS may have changed too
     breaker_moved()
 
 
