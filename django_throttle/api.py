@@ -1,6 +1,4 @@
-"""Throttling from code: ``check()`` for events only the view knows about, ``check_key()`` and
-``acquire()`` for code without a request, ``refund()`` for attempts counted before they
-happen, ``reset()``."""
+"""Throttling from code: ``check()``, ``check_key()``, ``acquire()``, ``refund()``, ``reset()``."""
 
 from __future__ import annotations
 

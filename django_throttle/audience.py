@@ -1,9 +1,4 @@
-"""Whether a rule counts a request at all: its audience (everyone, anonymous, authenticated,
-members of groups) and its exemptions (staff, groups, networks, the EXEMPT_NETWORKS setting).
-
-Everything about the rules is known once they are loaded; of the request, only what a rule
-asks for is looked at. A user's groups are read at most once per user per RULES_REFRESH.
-"""
+"""Whether a rule counts a request at all: its audience and its exemptions."""
 
 from __future__ import annotations
 

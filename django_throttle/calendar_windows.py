@@ -1,12 +1,4 @@
-"""Calendar windows: weeks that start on Monday at 00:00 and months that start on the 1st at
-00:00, in a time zone (``DJANGO_THROTTLE["TIME_ZONE"]``), as epoch seconds.
-
-The store's clock decides which window a request falls in: the caller hands decide.lua the
-starts of four consecutive windows around its estimate of the store's time, and the script
-picks the one holding its own ``TIME`` (see store/redis.py for what happens when none does).
-The starts are computed here, with the zone's rules (zoneinfo), so a month keeps its true
-length and a week with a daylight-saving change lasts 167 or 169 hours.
-"""
+"""Calendar windows (weeks from Monday, months from the 1st, in TIME_ZONE) as epoch seconds."""
 
 from __future__ import annotations
 

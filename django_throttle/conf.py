@@ -1,12 +1,4 @@
-"""Settings of django_throttle, read from ``settings.DJANGO_THROTTLE``.
-
-Each setting is declared once, below, as a class attribute of ``Settings``: its type,
-default and valid range. Reading ``conf.NAME`` gives the value in force: read from the
-settings once, then kept until Django's ``setting_changed`` signal says DJANGO_THROTTLE
-changed (``override_settings`` and pytest-django's ``settings`` send it), since the hot
-path reads several settings per request. The system checks validate every declared
-setting from the same declaration, so adding a setting touches one line.
-"""
+"""Settings of django_throttle, read from ``settings.DJANGO_THROTTLE``, each declared once."""
 
 from __future__ import annotations
 

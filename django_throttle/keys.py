@@ -1,9 +1,4 @@
-"""From a request to the client identity a rule counts: ``"ip:203.0.113.7"``, ``"user:42"``...
-
-Identities are written as the dashboard and ``reset()`` show them; the store
-hashes them to a fixed length, so any value (huge, non-ASCII, CRLF-laden) gives
-a short key.
-"""
+"""From a request to the client identity a rule counts: ``"ip:203.0.113.7"``, ``"user:42"``..."""
 
 from __future__ import annotations
 

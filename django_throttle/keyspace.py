@@ -1,9 +1,4 @@
-"""How state keys look in the store: ``thr:<rule><algorithm>:{<digest of the client>}``.
-
-The braces make the client's digest the Redis Cluster hash tag: every rule's state
-for one client is in one slot (one script call decides a request whose rules all
-key on one client), and different clients spread evenly over the cluster's slots.
-"""
+"""How state keys look in the store: ``thr:<rule><algorithm>:{<digest of the client>}``."""
 
 from __future__ import annotations
 

@@ -1,18 +1,4 @@
-"""Prometheus metrics, in prometheus_client's default registry.
-
-The default registry is what django-prometheus's ``/metrics`` view and prometheus_client's
-own exporters (``start_http_server``, ``make_wsgi_app``) expose, so no wiring is needed.
-Under ``PROMETHEUS_MULTIPROC_DIR`` the values go to prometheus_client's per-process files
-like any other metric.
-
-``METRICS`` (True, False or "auto": on when prometheus_client imports) is read at the first
-hook after start-up and after every settings change (a new runtime), then kept. The
-instruments are created once per process, at first use, and kept: a settings change turns
-recording on or off but never registers them twice.
-
-Nothing here looks anything up: callers hand over what happened (a decision, a duration,
-the breaker's state), and a failure to record never reaches the request.
-"""
+"""Prometheus metrics, in prometheus_client's default registry."""
 
 from __future__ import annotations
 

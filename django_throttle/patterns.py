@@ -1,19 +1,6 @@
-r"""Regular-expression scopes, matched by RE2 in time linear in the path's length.
+"""Regular-expression scopes in Python's syntax, matched by RE2 in time linear in the path.
 
-A scope's pattern is matched against the path of every request, 404s included, so it must
-never backtrack. Every scope is matched by RE2 (google-re2, a required dependency), which
-has no backtracking; the pattern is written in Python's syntax and means what it means to
-Python's ``re`` and Django's ``re_path``:
-
-- It is translated into RE2's syntax from Python's own parse of it. Each character class
-  (``\d \w \s`` and their negations, ``.``, ``[...]``, case-insensitive letters) is spelled
-  out as the code points Python's ``re`` matches, found by asking Python's ``re`` once per
-  process, so the two engines agree by construction (RE2's own ``\d`` is ASCII only).
-- It is anchored as Django routes it: a pattern ending with ``$`` must match the whole path
-  (``fullmatch``, so a trailing newline is not ignored); any other is searched for.
-- What RE2 cannot run (lookarounds, backreferences, conditionals, possessive repeats,
-  atomic groups, Unicode word boundaries) is refused with a message, and so is a pattern
-  whose program does not fit ``MAX_MEM`` bytes.
+A scope is matched against every path, 404s included: it must never backtrack (docs/bounds.md).
 """
 
 from __future__ import annotations

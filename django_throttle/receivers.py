@@ -1,5 +1,4 @@
-"""Signal receivers, connected by AppConfig.ready(): a rule written anywhere reloads every
-process's rules; the end of a request ends its concurrency leases."""
+"""Receivers of Django's signals: rule writes, a request's start and end."""
 
 from __future__ import annotations
 

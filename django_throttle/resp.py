@@ -1,5 +1,4 @@
-"""Arguments of Redis commands in the Redis protocol (RESP), for the parts of a command that
-are known before the request comes: framed once, joined per request."""
+"""Command arguments in the Redis wire format (RESP): framed once, joined per request."""
 
 from __future__ import annotations
 

@@ -1,14 +1,6 @@
-"""A Django REST framework throttle class applying the rules of a view's throttle_scope.
+"""``RuleThrottle``: a DRF throttle class applying the rules of a view's ``throttle_scope``.
 
-    REST_FRAMEWORK = {"DEFAULT_THROTTLE_CLASSES": ["django_throttle.contrib.drf.RuleThrottle"]}
-
-    class Orders(APIView):
-        throttle_scope = "orders"   # rules of scope "orders", edited in the admin
-
-It decides as ``check()`` does (admin rules, else code defaults; a request already counted
-by a rule through the middleware is not counted again), and ThrottleMiddleware writes the
-rate-limit headers on DRF's responses, its 429s included. DRF stays optional: this module
-imports it, nothing else in django_throttle does.
+DRF stays optional: this module imports it, nothing else in django_throttle does.
 """
 
 from __future__ import annotations

@@ -1,4 +1,1 @@
-"""The admin dashboard: who is being limited, by which rule, and a key's state with a reset.
-
-``queries`` computes the figures, ``chart`` draws them, ``views`` serves the admin pages.
-"""
+"""The admin dashboard: who is being limited, by which rule, and a key's state with a reset."""

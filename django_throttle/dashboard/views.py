@@ -1,13 +1,4 @@
-"""The admin dashboard: who is being limited, by which rule, and a key's state with a reset.
-
-``/admin/django_throttle/dashboard/`` is the changelist of the proxy model ``Dashboard``,
-so it appears on the admin index and has a permission of its own
-(``django_throttle.view_dashboard``): a site can give support staff the dashboard without
-rule editing. Resetting a key takes the permission to change rules, and is written to the
-admin log against the rule. Charts are SVG drawn on the server, so the page works offline
-and without JavaScript; ``data/`` serves the same figures as JSON. Both first write the
-rejection counts every process handed to Redis (``recording.collect()``).
-"""
+"""The admin dashboard's pages: rejections by rule and client, and a key's state with a reset."""
 
 from __future__ import annotations
 

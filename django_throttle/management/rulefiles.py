@@ -1,22 +1,4 @@
-"""Rules as files: the one format of ``throttle_export`` and ``throttle_import``.
-
-```yaml
-rules:
-  - name: api
-    scope: /api/
-    limit: 100
-    per: 15
-    unit: minute
-    exempt_networks: ["10.0.0.0/8"]
-    groups: []                    # group names
-    overrides:
-      - {key: "user:42", limit: 1000}
-      - {key: "ip:203.0.113.7", exempt: true}
-```
-
-Every Rule field may appear under its own name; a missing one takes the model's default.
-Rules are matched by name. JSON is the same structure.
-"""
+"""Rules as files: the one YAML or JSON format of ``throttle_export`` and ``throttle_import``."""
 
 from __future__ import annotations
 

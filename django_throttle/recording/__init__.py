@@ -1,43 +1,6 @@
-"""The rejection log: counted in each process's memory, shared through Redis, written to the
-database in bulk, compacted as it ages.
+"""The rejection log: rejections counted per process, handed through Redis to the database.
 
-Recording must never make throttling slower:
-
-- An admitted request pays nothing: ``note()`` looks at the decision and returns.
-- A rejected request pays one dictionary increment under a lock, in this process's
-  buffer, keyed by (rule, client, action, minute): no database query, no network call.
-  Actions are ``reject`` (429), ``unavailable`` (503: the store is down and the rule
-  fails closed) and ``shadow`` (a log-only rule would have rejected).
-- The first rejection of a process (again after a fork) starts a daemon thread. With Redis
-  as the store, it adds the buffer to one hash in Redis every second (``PUSH_INTERVAL``,
-  a script call per 500 counts), and every ``FLUSH_INTERVAL`` seconds it *folds*: takes
-  everything every process left in Redis (renamed away in one call, so no count is folded
-  twice) and writes it in one bulk statement that *adds* to the rows (``INSERT ... ON
-  CONFLICT DO UPDATE SET count = count + n`` on PostgreSQL and SQLite; a locked
-  read-modify-write elsewhere). The dashboard and ``throttle_flush`` fold too, so they see
-  the counts of every process of the last second. With the memory backend (one process)
-  the thread writes the buffer itself every ``FLUSH_INTERVAL``. The thread ends when a
-  flush finds nothing new; counts still buffered are handed on at exit.
-- Failures keep the counts: while Redis fails, each process writes its own buffer to the
-  database; while the database fails, counts stay in the buffer (bounded, below) for the
-  next flush. A row the database refuses (a charset, a length) is found by halving the
-  batch, and stored with its text escaped to ASCII or, failing that, logged and given up:
-  it never holds back the others.
-- Bounded: past ``MAX_KEYS`` distinct entries in one interval, and past 200 clients named
-  in one minute, all rules together (each rule and action names at least 5 whatever the
-  others took; across all processes, decided in Redis), further clients are counted under
-  one synthetic client per rule, action and minute, ``(other clients)``, so the totals
-  stay right whatever the flood.
-- Clients are stored as the store keys them (the digest of the identity) with a display
-  form: the identity, with header, parameter and custom values cut to 64 characters,
-  control characters removed and lone surrogates replaced. Nothing else of the request is
-  kept.
-- Rows past the dashboard's hour are merged into quarter hours, and past its day into two
-  hours, keeping the largest clients by name within the same bounds per period
-  (``compact()``: by each flushing process every five minutes, and by ``throttle_prune``).
-  So a period has a bounded number of rows, and so does the table. Rows older than
-  ``RETENTION_DAYS`` are deleted by ``throttle_prune`` and by the flush (at most once an
-  hour per process).
+Recording never slows a request: a rejection is one increment in memory (docs/internals.md).
 """
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
-"""The rejection log's rows: bulk writes that add, a row the database refuses set apart,
-retention, and compaction of old minutes into quarter hours and two-hour periods."""
+"""The rejection log's rows: bulk writes that add, retention, and compaction into longer periods."""
 
 from __future__ import annotations
 

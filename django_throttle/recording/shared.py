@@ -1,15 +1,4 @@
-"""Rejection counts shared through Redis, so that whoever folds them sees every process's.
-
-Each process adds its buffered counts to one hash (``push.lua``, a few hundred counts per
-call, never a call per rejection); whoever needs the counts in the database (the dashboard,
-``throttle_flush``, a process's periodic flush) takes the whole hash at once by renaming it
-(``take.lua``), reads it, writes the rows and deletes it. Two folders never fold a count
-twice, and a folder that dies loses only what it had taken.
-
-The client is the store's (``get_store().client``): the django-redis cache's server, or the
-Redis Cluster of ``CLUSTER_URL``, with the decision timeouts. Every key carries the hash tag
-``{<KEY_PREFIX>}``, so the scripts' keys share one cluster slot.
-"""
+"""Rejection counts shared through Redis (push.lua, take.lua), so a fold sees every process's."""
 
 from __future__ import annotations
 

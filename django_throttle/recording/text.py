@@ -1,5 +1,4 @@
-"""What the rejection log keeps of a client or a rule name: short text that every database
-and driver accepts, whatever the request or a key function handed over."""
+"""What the rejection log keeps of a client or a rule name: text every database accepts."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Code defaults: the rules ``@throttle(scope, rate=...)`` writes in code, and where they are
-registered so every entry point (``check()``, ``reset()``, the dashboard) finds them."""
+"""Code defaults: the rules ``@throttle(scope, rate=...)`` registers, for every entry point."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""What applies: the one place that picks the rules of a scope or of a request.
-
-An enabled admin rule for a scope replaces the scope's code defaults; otherwise the
-defaults written with ``@throttle(scope, rate=...)`` are in force. The middleware, the
-decorator, ``check()``, ``reset()``, the DRF throttle and the commands all select here.
-"""
+"""What applies: the one place that picks the rules of a scope or of a request."""
 
 from __future__ import annotations
 
