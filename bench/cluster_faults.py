@@ -2,8 +2,8 @@
 
     .venv/bin/python bench/cluster_faults.py [--seconds 15] [--fault oom|pause|kill]
 
-Run from the repository root (about 10 s plus ``--seconds``). A six-node cluster from the tests'
-harness (tests/redis_topology.py: three masters, a replica each; node timeout 60 s here, so no
+Run from the repository root (about 10 s plus ``--seconds``). A six-node cluster from
+bench/topologies.py (three masters, a replica each; node timeout 60 s here, so no
 replica is promoted during the fault and the fault stays on its master), Django in this
 process (SQLite in memory), ``ThrottleMiddleware`` in Django's WSGIHandler, ``CLUSTER_URL``
 set, ``TIMEOUT`` and ``CONNECT_TIMEOUT`` 0.1 s, ``BREAKER_INTERVAL`` 2 s. One fail-closed rule
@@ -34,12 +34,11 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import harness
+from topologies import Cluster
 
-REPO = Path(__file__).resolve().parent.parent
 DATABASE = "file:bench-cluster-faults?mode=memory&cache=shared"
 CLOSED = "/closed/"
 THREADS, CLIENTS, PAUSE = 4, 256, 0.002
@@ -190,10 +189,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--fault", choices=("oom", "pause", "kill"), default="oom")
     args = parser.parse_args()
-    sys.path.insert(0, str(REPO))  # tests.redis_topology
-    from tests.redis_topology import ClusterHarness
-
-    with harness.RedisServer() as cache, ClusterHarness(node_timeout_ms=60_000) as cluster:
+    with harness.RedisServer() as cache, Cluster(node_timeout_ms=60_000) as cluster:
         harness.configure_django(
             cache.url,
             apps=["django_throttle"],

@@ -49,20 +49,47 @@ def ping(port: int, timeout: float = 0.5) -> bool:
 
 class RedisServer:
     """A redis-server on a free loopback port, no RDB or AOF, in a temporary directory;
-    ``cpu`` pins it there (``taskset -c``). Killed, paused and started again on the same port."""
+    ``cpu`` pins it there (``taskset -c``). Killed, paused and started again on the same port.
+    ``args`` come after the defaults (a replica's, a cluster node's), ``config`` is the text of
+    a config file read first (a Sentinel needs one it can rewrite), ``port`` one chosen by the
+    caller (a cluster node needs port + 10000 free too)."""
 
-    def __init__(self, cpu: int | None = None) -> None:
+    def __init__(
+        self,
+        cpu: int | None = None,
+        *,
+        args: Sequence[str] = (),
+        config: str | None = None,
+        port: int | None = None,
+    ) -> None:
         if shutil.which("redis-server") is None:
             raise SystemExit("redis-server is not on PATH (apt-get install redis-server)")
         self.cpu = cpu
-        self.port = free_port()
+        self.args = list(args)
+        self.config = config
+        self.port = port or free_port()
         self.dir = tempfile.mkdtemp(prefix="bench-redis-")
         self.url = f"redis://{HOST}:{self.port}/0"
         self.proc: subprocess.Popen[bytes] | None = None
 
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def command(self) -> list[str]:
+        """The command line: the config file if any, the defaults, then ``args``."""
+        args = ["redis-server"]
+        if self.config is not None:
+            path = os.path.join(self.dir, "redis.conf")
+            if not os.path.exists(path):  # a restart reads what the server rewrote
+                with open(path, "w") as file:
+                    file.write(self.config)
+            args.append(path)
+        args += ["--port", str(self.port), "--bind", HOST, "--save", ""]
+        return [*args, "--appendonly", "no", "--dir", self.dir, "--logfile", "redis.log", *self.args]
+
     def start(self, timeout: float = 10.0) -> None:
-        args = ["redis-server", "--port", str(self.port), "--bind", HOST, "--save", ""]
-        args += ["--appendonly", "no", "--dir", self.dir, "--logfile", "redis.log"]
+        args = self.command()
         if self.cpu is not None:
             args = ["taskset", "-c", str(self.cpu), *args]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -166,6 +193,82 @@ def configure_django(
         from django.core.management import call_command
 
         call_command("migrate", verbosity=0)
+
+
+THROTTLE = "django_throttle.middleware.ThrottleMiddleware"
+# A site's usual middleware before ours: what a request through Django costs without us.
+MIDDLEWARE = (
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+)
+TEMPLATES = [  # the 429 and 503 pages
+    {"BACKEND": "django.template.backends.django.DjangoTemplates", "APP_DIRS": True}
+]
+
+
+def configure_site(redis_url: str, urlconf: str, **settings: Any) -> None:
+    """configure_django() for requests through a handler: sessions (signed cookies) and auth
+    in the middleware, django_throttle's tables made, ``urlconf`` the ROOT_URLCONF."""
+    configure_django(
+        redis_url,
+        apps=["django.contrib.sessions", "django_throttle"],
+        migrate=True,
+        ROOT_URLCONF=urlconf,
+        MIDDLEWARE=list(MIDDLEWARE),
+        SESSION_ENGINE="django.contrib.sessions.backends.signed_cookies",
+        **settings,
+    )
+
+
+def plain_view() -> Callable[[Any], Any]:
+    """A view that answers 200 ``ok`` (made once Django is set up)."""
+    from django.http import HttpResponse
+
+    def plain(request: Any) -> HttpResponse:
+        return HttpResponse("ok")
+
+    return plain
+
+
+def wsgi_app(middleware: Sequence[str]) -> Any:
+    """Django's WSGIHandler with this middleware: it builds its chain from the settings of now."""
+    from django.conf import settings
+    from django.core.handlers.wsgi import WSGIHandler
+
+    settings.MIDDLEWARE = list(middleware)
+    return WSGIHandler()
+
+
+def start_response(status: str, headers: Any, exc_info: Any = None) -> None:
+    """What a WSGI server passes the app; the bench reads the response object instead."""
+
+
+def environs(path: str, n: int, prefix: str = "198.18") -> list[dict[str, Any]]:
+    """WSGI environs of a GET of ``path`` from ``n`` client addresses."""
+    from django.test import RequestFactory
+
+    factory = RequestFactory()
+    return [factory.get(path, REMOTE_ADDR=a).environ for a in addresses(n, prefix)]
+
+
+def request_case(
+    name: str, app: Any, path: str, n: int = 1000, before: Callable[[], None] | None = None
+) -> Case:
+    """GETs of ``path`` from ``n`` clients through a WSGI ``app``, each answered 200;
+    ``before`` runs untimed before each one."""
+    requests = environs(path, n)
+
+    def call(environ: dict[str, Any]) -> None:
+        response = app(environ, start_response)
+        assert response.status_code == 200, response.status_code
+
+    def prep(i: int) -> dict[str, Any]:
+        if before is not None:
+            before()
+        return dict(requests[i % n])
+
+    return Case(name, call, prep)
 
 
 def create_rules(rules: Sequence[tuple[str, str, int, str]]) -> None:

@@ -361,22 +361,14 @@ class CallgrindServer(harness.RedisServer):
     """The bench's redis-server under valgrind's callgrind, which counts the instructions run
     inside evalGenericCommand (EVALSHA) only; zeroed and read between cases."""
 
-    def start(self, timeout: float = 120.0) -> None:
+    def command(self) -> list[str]:
         if shutil.which("valgrind") is None:
             raise SystemExit("--instructions needs valgrind (apt-get install valgrind)")
         args = ["valgrind", "--tool=callgrind", "--toggle-collect=evalGenericCommand"]
-        args += [f"--callgrind-out-file={self.dir}/callgrind.out", "redis-server"]
-        args += ["--port", str(self.port), "--bind", harness.HOST, "--save", ""]
-        args += ["--appendonly", "no", "--dir", self.dir, "--logfile", "redis.log"]
-        if self.cpu is not None:
-            args = ["taskset", "-c", str(self.cpu), *args]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + timeout
-        while not harness.ping(self.port):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"redis-server under valgrind did not answer on {self.port}")
-            time.sleep(0.1)
+        return [*args, f"--callgrind-out-file={self.dir}/callgrind.out", *super().command()]
+
+    def start(self, timeout: float = 120.0) -> None:
+        super().start(timeout)
 
     def control(self, option: str) -> None:
         assert self.proc is not None

@@ -2,9 +2,8 @@
 
     .venv/bin/python bench/topology.py [--quick] [--only latency|throughput|spread|faults]
 
-Run from the repository root (about 90 s; ``--quick`` about 40 s). Unlike the other scripts,
-this one uses the tests' topology harness, tests/redis_topology.py (the repository root is put
-on ``sys.path``): a six-node cluster (3 masters, a replica each, node timeout 1 s), a primary
+Run from the repository root (about 90 s; ``--quick`` about 40 s). The topologies come from
+bench/topologies.py: a six-node cluster (3 masters, a replica each, node timeout 1 s), a primary
 and its replica (behind a TCP proxy for a fault), a Sentinel group. Every process is real, on
 loopback, and stopped on the way out. Django runs in this process (SQLite in memory, one
 database shared by its threads), the rules are rows in the database, and every decision goes
@@ -63,16 +62,12 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import harness
 from harness import Case
+from topologies import Cluster, ReplicatedRedis, SentinelGroup, TcpProxy
 
-if TYPE_CHECKING:
-    from tests.redis_topology import ClusterHarness
-
-REPO = Path(__file__).resolve().parent.parent
 SECTIONS = ("latency", "throughput", "spread", "faults")
 DATABASE = "file:bench-topology?mode=memory&cache=shared"  # every thread sees the tables
 THROTTLE = "django_throttle.middleware.ThrottleMiddleware"
@@ -360,7 +355,7 @@ def throughput(stores: dict[str, Any], seconds: float, slices: int) -> list[tupl
 # -- key spread -------------------------------------------------------------------------------
 
 
-def spread(cluster: ClusterHarness, store: Any) -> tuple[list[tuple[str, ...]], float]:
+def spread(cluster: Cluster, store: Any) -> tuple[list[tuple[str, ...]], float]:
     """Keys per master after SPREAD_CLIENTS clients decided once each; and max / mean."""
     cluster.flushall()
     install(store)
@@ -559,10 +554,9 @@ def wait_demoted(port: int, timeout: float = 30.0) -> None:
     raise TimeoutError(f"the old master :{port} was not demoted within {timeout} s")
 
 
-def faults(cluster: ClusterHarness, before: float, after: float) -> list[FaultRun]:
+def faults(cluster: Cluster, before: float, after: float) -> list[FaultRun]:
     from django_throttle.keyspace import client_tag
     from django_throttle.store.cluster import slot_of_tag
-    from tests.redis_topology import ReplicatedRedis, SentinelGroup, TcpProxy
 
     runs = []
     with ReplicatedRedis() as pair, TcpProxy(pair.primary.port) as proxy:
@@ -757,15 +751,12 @@ def main() -> int:
     busy, slices = (1.0, 2) if args.quick else (3.0, 6)
     before, after = (1.0, 2.0) if args.quick else (2.0, 5.0)
     signal.signal(signal.SIGTERM, lambda signum, _: sys.exit(128 + signum))  # run the finally
-    sys.path.insert(0, str(REPO))  # tests.redis_topology
-    from tests.redis_topology import ClusterHarness, ReplicatedRedis
-
     started = time.monotonic()
     failures: list[str] = []
     stores: dict[str, Any] = {}
     with contextlib.ExitStack() as stack:
         single = stack.enter_context(harness.RedisServer())
-        cluster = stack.enter_context(ClusterHarness())
+        cluster = stack.enter_context(Cluster())
         pair = stack.enter_context(ReplicatedRedis())
         stack.callback(close_stores, stores)  # first: before the servers stop
         harness.configure_django(
