@@ -39,20 +39,15 @@ from typing import Any
 
 import harness
 
-THROTTLE = "django_throttle.middleware.ThrottleMiddleware"
 REFRESH = 1.0
 urlpatterns: list[Any] = []  # this module is the ROOT_URLCONF
 PATH = "/p7/items/"  # one prefix rule (/p7/) and one regex rule (^/p7/\w+/$) match it
 
 
 def urls() -> None:
-    from django.http import HttpResponse
     from django.urls import re_path
 
-    def plain(request: Any) -> HttpResponse:
-        return HttpResponse("ok")
-
-    urlpatterns[:] = [re_path(r"^", plain, name="n7")]
+    urlpatterns[:] = [re_path(r"^", harness.plain_view(), name="n7")]
 
 
 def table_of(n: int) -> list[dict[str, Any]]:
@@ -96,7 +91,7 @@ def import_file(path: str, *args: str) -> tuple[float, float]:
 
 def request_once(app: Any, environ: dict[str, Any]) -> float:
     started = time.perf_counter()
-    response = app(dict(environ), lambda status, headers, exc_info=None: None)
+    response = app(dict(environ), harness.start_response)
     assert response.status_code == 200, response.status_code
     return (time.perf_counter() - started) * 1000
 
@@ -213,13 +208,12 @@ def main() -> None:
             migrate=True,
             database=database,
             ROOT_URLCONF=__name__,
-            MIDDLEWARE=[THROTTLE],
+            MIDDLEWARE=[harness.THROTTLE],
             DEBUG_PROPAGATE_EXCEPTIONS=True,
             DJANGO_THROTTLE={"RULES_REFRESH": REFRESH},
         )
         urls()
         from django.core.handlers.wsgi import WSGIHandler
-        from django.test import RequestFactory
 
         from django_throttle.api import reset
         from django_throttle.models import Rule
@@ -260,7 +254,7 @@ def main() -> None:
         load_rules(loaded)
         reload_s = time.perf_counter() - started
 
-        environ = RequestFactory().get(PATH, REMOTE_ADDR="198.18.0.1").environ
+        environ = harness.environ(PATH, "198.18.0.1")
         set_refresh(3600.0)
         # Each table loaded into a rule cache of its own; the cases take turns, block by
         # block (machine noise hits each alike), each request served with its table's cache.

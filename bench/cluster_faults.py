@@ -30,7 +30,6 @@ import argparse
 import contextlib
 import statistics
 import sys
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -47,10 +46,9 @@ urlpatterns: list[Any] = []
 
 
 def urls() -> None:
-    from django.http import HttpResponse
     from django.urls import path
 
-    urlpatterns[:] = [path("closed/", lambda request: HttpResponse("ok"))]
+    urlpatterns[:] = [path("closed/", harness.plain_view())]
 
 
 def slot_master(cluster: Any, identity: str) -> int:
@@ -102,46 +100,6 @@ def sick(cluster: Any, port: int, fault: str) -> Iterator[None]:
             client.config_set("maxmemory", 0)
             for i in range(n):
                 client.delete(f"{key}:{i}")
-
-
-def load(app: Any, envs: list[tuple[str, dict[str, Any]]], seconds: float, fault: Any) -> Any:
-    """Requests from THREADS threads; (address, status) of those sent while ``fault`` was on."""
-    stop = threading.Event()
-    during = threading.Event()
-    answers: list[tuple[str, int, float]] = []
-    lock = threading.Lock()
-
-    def worker(k: int) -> None:
-        mine = []
-        i = k * len(envs) // THREADS
-        while not stop.is_set():
-            address, env = envs[i % len(envs)]
-            i += 1
-            counted = during.is_set()
-            sent = time.perf_counter()
-            response = app(dict(env), lambda status, headers, exc_info=None: None)
-            status = response.status_code
-            response.close()
-            if counted and during.is_set():
-                mine.append((address, status, time.perf_counter() - sent))
-            time.sleep(PAUSE)
-        with lock:
-            answers.extend(mine)
-
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(THREADS)]
-    for t in threads:
-        t.start()
-    try:
-        time.sleep(1.0)
-        with fault():
-            during.set()
-            time.sleep(seconds)
-            during.clear()
-    finally:
-        stop.set()
-        for t in threads:
-            t.join(30)
-    return answers
 
 
 def decide_cost(cluster: Any) -> list[tuple[str, str]]:
@@ -196,15 +154,12 @@ def main() -> int:
             migrate=True,
             database=DATABASE,
             ROOT_URLCONF=__name__,
-            MIDDLEWARE=["django_throttle.middleware.ThrottleMiddleware"],
-            TEMPLATES=[
-                {"BACKEND": "django.template.backends.django.DjangoTemplates", "APP_DIRS": True}
-            ],  # the 503 page
+            MIDDLEWARE=[harness.THROTTLE],
+            TEMPLATES=harness.TEMPLATES,
             DJANGO_THROTTLE={**SETTINGS, "CLUSTER_URL": cluster.url},
         )
         urls()
         from django.core.handlers.wsgi import WSGIHandler
-        from django.test import RequestFactory
 
         from django_throttle.models import Rule
 
@@ -216,19 +171,26 @@ def main() -> int:
         addresses = harness.addresses(CLIENTS, prefix="198.19")
         master_of = {a: slot_master(cluster, "ip:" + a) for a in addresses}
         victim = cluster.masters()[0].port
-        factory = RequestFactory()
-        envs = [(a, factory.get(CLOSED, REMOTE_ADDR=a).environ) for a in addresses]
+        requests = [(CLOSED, a, harness.environ(CLOSED, a)) for a in addresses]
         app = WSGIHandler()
         print(
             f"\n## One master of three: {args.fault}, {args.seconds:g} s under load "
             f"({THREADS} threads, a request every {PAUSE * 1000:g} ms each, {CLIENTS} clients, "
             "a fail-closed rule nobody reaches)\n"
         )
-        answers = load(app, envs, args.seconds, lambda: sick(cluster, victim, args.fault))
+        with harness.Load(app, requests, THREADS, PAUSE) as load:
+            load.at(1.0)
+            with sick(cluster, victim, args.fault):
+                began = load.now()
+                time.sleep(args.seconds)
+                ended = load.now()
+        # The requests sent and answered while the master was sick.
+        answers = [a for a in load.answers if began <= a.sent and a.received <= ended]
         rows = []
         for label, on_victim in (("the sick master", True), ("the two healthy masters", False)):
-            mine = [s for a, s, _ in answers if (master_of[a] == victim) == on_victim]
-            waits = [w for a, _, w in answers if (master_of[a] == victim) == on_victim]
+            theirs = [a for a in answers if (master_of[a.client] == victim) == on_victim]
+            mine = [a.status for a in theirs]
+            waits = [a.received - a.sent for a in theirs]
             slow = sum(1 for w in waits if w >= SETTINGS["TIMEOUT"])
             counts = Counter(mine)
             clients = sum(1 for a in addresses if (master_of[a] == victim) == on_victim)

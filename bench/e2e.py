@@ -107,7 +107,9 @@ def main() -> None:
             harness.request_case("Django, no throttling", handler(False), "/p/"),
             harness.request_case(ONE_RULE, throttled, "/p/"),
             harness.request_case("ThrottleMiddleware, 5 rules", throttled, "/api/x/"),
-            harness.request_case(ROUND_TRIP, handler(False, f"{__name__}.RoundTripMiddleware"), "/p/"),
+            harness.request_case(
+                ROUND_TRIP, handler(False, f"{__name__}.RoundTripMiddleware"), "/p/"
+            ),
             harness.request_case(
                 MINIMAL_WINDOW, handler(False, f"{__name__}.MinimalWindowMiddleware"), "/p/"
             ),

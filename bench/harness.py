@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import gc
+import http.client
 import math
 import os
 import platform
@@ -17,7 +18,9 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -86,7 +89,16 @@ class RedisServer:
                     file.write(self.config)
             args.append(path)
         args += ["--port", str(self.port), "--bind", HOST, "--save", ""]
-        return [*args, "--appendonly", "no", "--dir", self.dir, "--logfile", "redis.log", *self.args]
+        return [
+            *args,
+            "--appendonly",
+            "no",
+            "--dir",
+            self.dir,
+            "--logfile",
+            "redis.log",
+            *self.args,
+        ]
 
     def start(self, timeout: float = 10.0) -> None:
         args = self.command()
@@ -244,12 +256,91 @@ def start_response(status: str, headers: Any, exc_info: Any = None) -> None:
     """What a WSGI server passes the app; the bench reads the response object instead."""
 
 
-def environs(path: str, n: int, prefix: str = "198.18") -> list[dict[str, Any]]:
-    """WSGI environs of a GET of ``path`` from ``n`` client addresses."""
+def environ(path: str, address: str) -> dict[str, Any]:
+    """The WSGI environ of a GET of ``path`` from ``address``."""
     from django.test import RequestFactory
 
-    factory = RequestFactory()
-    return [factory.get(path, REMOTE_ADDR=a).environ for a in addresses(n, prefix)]
+    return RequestFactory().get(path, REMOTE_ADDR=address).environ
+
+
+def environs(path: str, n: int, prefix: str = "198.18") -> list[dict[str, Any]]:
+    """WSGI environs of a GET of ``path`` from ``n`` client addresses."""
+    return [environ(path, a) for a in addresses(n, prefix)]
+
+
+def get(app: Any, env: dict[str, Any]) -> tuple[int, bool]:
+    """One request through a WSGI ``app``: its status, and whether it has Retry-After."""
+    response = app(dict(env), start_response)
+    try:
+        return response.status_code, response.has_header("Retry-After")
+    finally:
+        response.close()
+
+
+@dataclass(slots=True)
+class Answer:
+    path: str
+    client: str
+    sent: float  # seconds since the load started
+    received: float
+    status: int  # -1: no response (an exception reached the client thread)
+    retry_after: bool
+
+
+class Load:
+    """``threads`` threads sending requests through a WSGI ``app`` until the block ends, each
+    going round ``requests`` ((path, client, environ) each) and pausing ``pause`` s between."""
+
+    def __init__(
+        self,
+        app: Any,
+        requests: Sequence[tuple[str, str, dict[str, Any]]],
+        threads: int,
+        pause: float,
+    ) -> None:
+        self.app, self.requests, self.pause = app, requests, pause
+        self.answers: list[Answer] = []
+        self.errors: list[BaseException] = []
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.t0 = time.perf_counter()
+        self.threads = [threading.Thread(target=self.worker, args=(k,)) for k in range(threads)]
+
+    def now(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def at(self, offset: float) -> float:
+        """Sleep until ``offset`` s after the start; the time then."""
+        time.sleep(max(0.0, offset - self.now()))
+        return self.now()
+
+    def worker(self, k: int) -> None:
+        mine: list[Answer] = []
+        i = k * len(self.requests) // len(self.threads)
+        while not self.stop.is_set():
+            path, client, env = self.requests[i % len(self.requests)]
+            i += 1
+            sent, status, retry = self.now(), -1, False
+            try:
+                status, retry = get(self.app, env)
+            except Exception as exc:  # what the handler let through: reported
+                self.errors.append(exc)
+            mine.append(Answer(path, client, sent, self.now(), status, retry))
+            time.sleep(self.pause)
+        with self.lock:
+            self.answers.extend(mine)
+
+    def __enter__(self) -> Load:
+        self.t0 = time.perf_counter()
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(30)
+        self.answers.sort(key=lambda a: a.sent)
 
 
 def request_case(
@@ -299,6 +390,95 @@ def addresses(n: int, prefix: str = "198.18") -> list[str]:
     """Distinct client addresses (the 198.18.0.0/15 benchmarking range)."""
     assert n <= 65536
     return [f"{prefix}.{i // 256}.{i % 256}" for i in range(n)]
+
+
+# -- the example project under gunicorn -------------------------------------------------------
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
+
+
+def project_env(workdir: str | os.PathLike[str], settings: str, redis_url: str) -> dict[str, str]:
+    """The environment of example_project's commands and server: the settings module
+    ``settings`` (written by the caller into ``workdir``), Redis at ``redis_url``; the
+    caller's DJANGO_, REDIS_ and DEMO_ variables left out."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "REDIS_", "DEMO_"))}
+    env.update(
+        DJANGO_SETTINGS_MODULE=settings,
+        PYTHONPATH=os.pathsep.join([str(workdir), ROOT]),
+        REDIS_URL=redis_url,
+    )
+    return env
+
+
+def manage(env: dict[str, str], *command: str) -> None:
+    """``manage.py <command>`` of the example project."""
+    subprocess.run(
+        [sys.executable, "manage.py", *command],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+
+
+def http_get(port: int, path: str, timeout: float = 30.0) -> int:
+    """The status of one GET on a new connection; -1 without an HTTP answer."""
+    conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
+    try:
+        conn.request("GET", path, headers={"Connection": "close"})
+        response = conn.getresponse()
+        response.read()
+        return response.status
+    except (OSError, http.client.HTTPException):
+        return -1
+    finally:
+        conn.close()
+
+
+class Gunicorn:
+    """gunicorn in a session of its own, so that its workers stop with it."""
+
+    def __init__(
+        self, env: dict[str, str], log: str | os.PathLike[str], workers: int, threads: int
+    ) -> None:
+        self.env, self.log, self.port = env, log, free_port()
+        self.args = [sys.executable, "-m", "gunicorn", "example_project.wsgi:application"]
+        self.args += ["--bind", f"{HOST}:{self.port}", "--workers", str(workers)]
+        self.args += ["--worker-class", "gthread", "--threads", str(threads), "--timeout", "30"]
+        self.args += ["--graceful-timeout", "5", "--error-logfile", "-"]
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                self.args,
+                cwd=ROOT,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            if http_get(self.port, "/", timeout=10) == 200:
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"gunicorn did not start; see {self.log}")
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        proc.terminate()  # graceful: the workers finish and exit
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)  # workers left by a master that died
 
 
 # -- timing -----------------------------------------------------------------------------------

@@ -48,9 +48,7 @@ def request_case(name: str, app: Any, metrics_on: bool | None = None) -> Case:
     def switch() -> None:  # untimed: before the clock starts
         metrics.switch.on = bool(metrics_on)
 
-    return harness.request_case(
-        name, app, "/p/", N_CLIENTS, None if metrics_on is None else switch
-    )
+    return harness.request_case(name, app, "/p/", N_CLIENTS, None if metrics_on is None else switch)
 
 
 def hook_costs() -> list[tuple[str, str]]:

@@ -19,10 +19,9 @@ from contextlib import contextmanager, suppress
 from typing import Any
 
 import redis
+from harness import HOST, RedisServer, free_port
 from redis.backoff import NoBackoff
 from redis.retry import Retry
-
-from harness import HOST, RedisServer, free_port
 
 # Full syncs through an RDB file: a diskless one waits 5 s for more replicas first.
 REPLICATION = ("--repl-diskless-sync", "no")
@@ -171,7 +170,9 @@ class SentinelGroup:
                         if o != index
                     ),
                 ]
-                sentinel = RedisServer(config="\n".join(lines) + "\n", args=["--sentinel"], port=port)
+                sentinel = RedisServer(
+                    config="\n".join(lines) + "\n", args=["--sentinel"], port=port
+                )
                 self.servers.append(sentinel)
                 sentinel.start()
             wait(self.steady, timeout, "the Sentinel group settling", step=0.05)
@@ -306,7 +307,15 @@ class Cluster:
                 raise RuntimeError("redis-cli is not on PATH (apt-get install redis-tools)")
             addresses = [f"{HOST}:{node.port}" for node in self.nodes]
             result = subprocess.run(
-                [cli, "--cluster", "create", *addresses, "--cluster-replicas", "1", "--cluster-yes"],
+                [
+                    cli,
+                    "--cluster",
+                    "create",
+                    *addresses,
+                    "--cluster-replicas",
+                    "1",
+                    "--cluster-yes",
+                ],
                 capture_output=True,
                 text=True,
                 timeout=timeout,

@@ -70,8 +70,6 @@ from topologies import Cluster, ReplicatedRedis, SentinelGroup, TcpProxy
 
 SECTIONS = ("latency", "throughput", "spread", "faults")
 DATABASE = "file:bench-topology?mode=memory&cache=shared"  # every thread sees the tables
-THROTTLE = "django_throttle.middleware.ThrottleMiddleware"
-TEMPLATES = [{"BACKEND": "django.template.backends.django.DjangoTemplates", "APP_DIRS": True}]
 
 N_CLIENTS = 1000
 RATES = ((10**6, "hour"), (10**5, "minute"), (10**7, "day"), (10**4, "second"), (10**9, "day"))
@@ -111,12 +109,9 @@ urlpatterns: list[Any] = []  # this module is the ROOT_URLCONF; filled in by url
 
 
 def urls() -> None:
-    from django.http import HttpResponse
     from django.urls import path
 
-    def plain(request: Any) -> HttpResponse:
-        return HttpResponse("ok")
-
+    plain = harness.plain_view()
     urlpatterns[:] = [path(p.strip("/") + "/", plain) for p, _, _ in PATH_RULES]
 
 
@@ -372,84 +367,6 @@ def spread(cluster: Cluster, store: Any) -> tuple[list[tuple[str, ...]], float]:
 # -- faults under load ------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class Answer:
-    path: str
-    client: str
-    sent: float  # seconds since the load started
-    received: float
-    status: int  # -1: no response (an exception reached the client thread)
-    retry_after: bool
-
-
-def environ(path: str, address: str) -> dict[str, Any]:
-    from django.test import RequestFactory
-
-    return RequestFactory().get(path, REMOTE_ADDR=address).environ
-
-
-def get(app: Any, env: dict[str, Any]) -> tuple[int, bool]:
-    """One request through the WSGI handler: (status, whether it has Retry-After)."""
-    response = app(dict(env), lambda status, headers, exc_info=None: None)
-    try:
-        return response.status_code, response.has_header("Retry-After")
-    finally:
-        response.close()
-
-
-class Load:
-    """LOAD_THREADS threads sending requests through ``app``, each in turn to /open/ and
-    /closed/ over LOAD_CLIENTS addresses, until the block ends."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-        addresses = harness.addresses(LOAD_CLIENTS, prefix="198.19")
-        self.envs = [(p, a, environ(p, a)) for a in addresses for p in (OPEN, CLOSED)]
-        self.answers: list[Answer] = []
-        self.errors: list[BaseException] = []
-        self.lock = threading.Lock()
-        self.stop = threading.Event()
-        self.t0 = time.perf_counter()
-        self.threads = [
-            threading.Thread(target=self.worker, args=(k,)) for k in range(LOAD_THREADS)
-        ]
-
-    def now(self) -> float:
-        return time.perf_counter() - self.t0
-
-    def at(self, offset: float) -> float:
-        time.sleep(max(0.0, offset - self.now()))
-        return self.now()
-
-    def worker(self, k: int) -> None:
-        mine: list[Answer] = []
-        i = k * len(self.envs) // LOAD_THREADS
-        while not self.stop.is_set():
-            path, address, env = self.envs[i % len(self.envs)]
-            i += 1
-            sent, status, retry = self.now(), -1, False
-            try:
-                status, retry = get(self.app, env)
-            except Exception as exc:  # what the handler let through: reported
-                self.errors.append(exc)
-            mine.append(Answer(path, address, sent, self.now(), status, retry))
-            time.sleep(LOAD_PAUSE)
-        with self.lock:
-            self.answers.extend(mine)
-
-    def __enter__(self) -> Load:
-        self.t0 = time.perf_counter()
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join(30)
-        self.answers.sort(key=lambda a: a.sent)
-
-
 class Captured(logging.Handler):
     def __init__(self) -> None:
         super().__init__()
@@ -489,7 +406,7 @@ class Fault:
 @dataclass
 class FaultRun:
     fault: Fault
-    answers: list[Answer]
+    answers: list[harness.Answer]
     errors: list[BaseException]
     fault_at: float
     reachable_at: float
@@ -514,10 +431,12 @@ def run_fault(fault: Fault, before: float, after: float, exact_client: str) -> F
     # The settings' change rebuilds the store and the rule cache (django_throttle's receiver).
     with override_settings(**overrides), captured_logs() as logs:
         app = WSGIHandler()
-        warm = [get(app, environ(p, "192.0.2.1"))[0] for p in (OPEN, CLOSED)]
+        warm = [harness.get(app, harness.environ(p, "192.0.2.1"))[0] for p in (OPEN, CLOSED)]
         if warm != [200, 200]:  # the rules are loaded, the script too
             raise RuntimeError(f"{fault.name}: warm-up answered {warm}")
-        with Load(app) as load:
+        addresses = harness.addresses(LOAD_CLIENTS, prefix="198.19")
+        requests = [(p, a, harness.environ(p, a)) for a in addresses for p in (OPEN, CLOSED)]
+        with harness.Load(app, requests, LOAD_THREADS, LOAD_PAUSE) as load:
             fault_at = load.at(before)
             note = fault.act()
             reachable_at = load.now()
@@ -525,7 +444,7 @@ def run_fault(fault: Fault, before: float, after: float, exact_client: str) -> F
                 fault.settle()
             settled_at = load.now()
             end_at = load.at(settled_at + after)
-        exact = [get(app, environ(EXACT, exact_client))[0] for _ in range(6)]
+        exact = [harness.get(app, harness.environ(EXACT, exact_client))[0] for _ in range(6)]
     return FaultRun(
         fault,
         load.answers,
@@ -615,7 +534,7 @@ def faults(cluster: Cluster, before: float, after: float) -> list[FaultRun]:
     return runs
 
 
-def statuses(answers: Sequence[Answer]) -> str:
+def statuses(answers: Sequence[harness.Answer]) -> str:
     counts = Counter("none" if a.status < 0 else str(a.status) for a in answers)
     return ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) or "-"
 
@@ -765,8 +684,8 @@ def main() -> int:
             migrate=True,
             database=DATABASE,
             ROOT_URLCONF=__name__,
-            MIDDLEWARE=[THROTTLE],
-            TEMPLATES=TEMPLATES,
+            MIDDLEWARE=[harness.THROTTLE],
+            TEMPLATES=harness.TEMPLATES,
         )
         urls()
         create_rules()
