@@ -202,13 +202,10 @@ def main() -> None:
     database = os.path.join(workdir, "rules.sqlite3")
     with harness.RedisServer(cpu=harness.CPU) as server:
         harness.pin_client(harness.CPU)
-        harness.configure_django(
+        harness.configure_throttled(
             server.url,
-            apps=["django_throttle"],
-            migrate=True,
-            database=database,
-            ROOT_URLCONF=__name__,
-            MIDDLEWARE=[harness.THROTTLE],
+            __name__,
+            database,
             DEBUG_PROPAGATE_EXCEPTIONS=True,
             DJANGO_THROTTLE={"RULES_REFRESH": REFRESH},
         )

@@ -77,15 +77,11 @@ def main() -> None:
     options = parser.parse_args()
     with harness.RedisServer(cpu=harness.CPU) as server:
         harness.pin_client(harness.CPU)
-        harness.configure_django(
+        harness.configure_throttled(
             server.url,
-            apps=["django_throttle"],
-            migrate=True,
-            database="file:blocks?mode=memory&cache=shared",  # the recorder's thread sees it
-            ROOT_URLCONF=__name__,
-            MIDDLEWARE=[harness.THROTTLE],
+            __name__,
+            "file:blocks?mode=memory&cache=shared",  # the recorder's thread sees it
             DEBUG_PROPAGATE_EXCEPTIONS=True,
-            TEMPLATES=harness.TEMPLATES,
         )
         urls()
         harness.create_rules([("/hourly/", "fixed_window", 10, "hour")])

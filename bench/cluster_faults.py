@@ -148,14 +148,10 @@ def main() -> int:
     parser.add_argument("--fault", choices=("oom", "pause", "kill"), default="oom")
     args = parser.parse_args()
     with harness.RedisServer() as cache, Cluster(node_timeout_ms=60_000) as cluster:
-        harness.configure_django(
+        harness.configure_throttled(
             cache.url,
-            apps=["django_throttle"],
-            migrate=True,
-            database=DATABASE,
-            ROOT_URLCONF=__name__,
-            MIDDLEWARE=[harness.THROTTLE],
-            TEMPLATES=harness.TEMPLATES,
+            __name__,
+            DATABASE,
             DJANGO_THROTTLE={**SETTINGS, "CLUSTER_URL": cluster.url},
         )
         urls()

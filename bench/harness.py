@@ -233,6 +233,21 @@ def configure_site(redis_url: str, urlconf: str, **settings: Any) -> None:
     )
 
 
+def configure_throttled(redis_url: str, urlconf: str, database: str, **settings: Any) -> None:
+    """configure_django() for requests through ThrottleMiddleware alone, its tables made, the
+    429 and 503 pages rendered, ``urlconf`` the ROOT_URLCONF."""
+    configure_django(
+        redis_url,
+        apps=["django_throttle"],
+        migrate=True,
+        database=database,
+        ROOT_URLCONF=urlconf,
+        MIDDLEWARE=[THROTTLE],
+        TEMPLATES=TEMPLATES,
+        **settings,
+    )
+
+
 def plain_view() -> Callable[[Any], Any]:
     """A view that answers 200 ``ok`` (made once Django is set up)."""
     from django.http import HttpResponse

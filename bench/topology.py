@@ -678,15 +678,7 @@ def main() -> int:
         cluster = stack.enter_context(Cluster())
         pair = stack.enter_context(ReplicatedRedis())
         stack.callback(close_stores, stores)  # first: before the servers stop
-        harness.configure_django(
-            single.url,
-            apps=["django_throttle"],
-            migrate=True,
-            database=DATABASE,
-            ROOT_URLCONF=__name__,
-            MIDDLEWARE=[harness.THROTTLE],
-            TEMPLATES=harness.TEMPLATES,
-        )
+        harness.configure_throttled(single.url, __name__, DATABASE)
         urls()
         create_rules()
         harness.print_machine("django-redis")
