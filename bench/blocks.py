@@ -87,17 +87,13 @@ def main() -> None:
         harness.create_rules([("/hourly/", "fixed_window", 10, "hour")])
         harness.create_rules([("/per-second/", "fixed_window", 10, "second")])
         import redis
-        from django.conf import settings
         from django.core.handlers.wsgi import WSGIHandler
-
-        from django_throttle.rules import reset_rule_cache
 
         client = redis.Redis.from_url(server.url)
         decisions = CountedDecisions()
         rows = []
         for block_cache in (True, False):
-            settings.DJANGO_THROTTLE = {**settings.DJANGO_THROTTLE, "BLOCK_CACHE": block_cache}
-            reset_rule_cache()
+            harness.change_throttle(BLOCK_CACHE=block_cache)
             app = WSGIHandler()
             for path, period in (("/hourly/", 3600.0), ("/per-second/", 1.0)):
                 client.flushdb()

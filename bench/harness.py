@@ -1,4 +1,4 @@
-"""What the benchmarks share: a redis-server of their own, Django set-up, timing, tables, machine.
+"""What the benchmarks share: a redis-server, Django, requests, gunicorn, timing, tables, machine.
 
 The benchmarks are scripts run from the repository root (``.venv/bin/python bench/e2e.py``);
 Python puts bench/ on ``sys.path``, so they ``import harness``. The package comes from the
@@ -248,6 +248,17 @@ def configure_throttled(redis_url: str, urlconf: str, database: str, **settings:
     )
 
 
+def change_throttle(**values: Any) -> None:
+    """DJANGO_THROTTLE changed as override_settings changes it: with setting_changed sent, so
+    the package builds again what it made from the settings before (rules, store, caches)."""
+    from django.conf import settings
+    from django.core.signals import setting_changed
+
+    value = {**settings.DJANGO_THROTTLE, **values}
+    settings.DJANGO_THROTTLE = value
+    setting_changed.send(sender=None, setting="DJANGO_THROTTLE", value=value, enter=True)
+
+
 def plain_view() -> Callable[[Any], Any]:
     """A view that answers 200 ``ok`` (made once Django is set up)."""
     from django.http import HttpResponse
@@ -265,6 +276,9 @@ def wsgi_app(middleware: Sequence[str]) -> Any:
 
     settings.MIDDLEWARE = list(middleware)
     return WSGIHandler()
+
+
+# -- requests through Django's WSGI handler ---------------------------------------------------
 
 
 def start_response(status: str, headers: Any, exc_info: Any = None) -> None:
@@ -375,6 +389,9 @@ def request_case(
         return dict(requests[i % n])
 
     return Case(name, call, prep)
+
+
+# -- rules and clients ------------------------------------------------------------------------
 
 
 def create_rules(rules: Sequence[tuple[str, str, int, str]]) -> None:
