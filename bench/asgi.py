@@ -31,12 +31,6 @@ import harness
 from harness import Case
 
 N_CLIENTS = 1000
-THROTTLE = "django_throttle.middleware.ThrottleMiddleware"
-MIDDLEWARE = [
-    "django.contrib.sessions.middleware.SessionMiddleware",
-    "django.middleware.common.CommonMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-]
 # One SQLite database in memory for every thread: under ASGI, Django's sync parts (and the
 # middleware's, through sync_to_async) run in other threads than the one that made the rule.
 DATABASE = "file:bench-asgi?mode=memory&cache=shared"
@@ -48,8 +42,7 @@ def urls() -> None:
     from django.http import HttpResponse
     from django.urls import path
 
-    def plain(request: Any) -> HttpResponse:
-        return HttpResponse("ok")
+    plain = harness.plain_view()
 
     async def aplain(request: Any) -> HttpResponse:
         return HttpResponse("ok")
@@ -61,9 +54,8 @@ def middleware(throttled: bool, extra: str | None = None) -> None:
     """The chain a handler builds when it is made, from the settings of now."""
     from django.conf import settings
 
-    settings.MIDDLEWARE = (
-        MIDDLEWARE + ([THROTTLE] if throttled else []) + ([extra] if extra else [])
-    )
+    throttle = [harness.THROTTLE] if throttled else []
+    settings.MIDDLEWARE = [*harness.MIDDLEWARE, *throttle, *([extra] if extra else [])]
 
 
 # What AsyncRoundTripMiddleware awaits, set by main(): redis.asyncio's EVALSHA of `return 1`.
@@ -92,19 +84,7 @@ ASGI_FLOOR = "ASGI: floor, a middleware awaiting one redis.asyncio EVALSHA"
 
 
 def wsgi_case(name: str, throttled: bool, path: str, extra: str | None = None) -> Case:
-    from django.core.handlers.wsgi import WSGIHandler
-    from django.test import RequestFactory
-
-    middleware(throttled, extra)
-    app = WSGIHandler()
-    factory = RequestFactory()
-    environs = [factory.get(path, REMOTE_ADDR=a).environ for a in harness.addresses(N_CLIENTS)]
-
-    def call(environ: dict[str, Any]) -> None:
-        response = app(environ, lambda status, headers, exc_info=None: None)
-        assert response.status_code == 200, response.status_code
-
-    return Case(name, call, lambda i: dict(environs[i % N_CLIENTS]))
+    return harness.request_case(name, e2e.handler(throttled, extra), path, N_CLIENTS)
 
 
 def scope(path: str, client_ip: str) -> dict[str, Any]:
@@ -202,15 +182,7 @@ def main() -> None:
     path = "/a/" if args.async_view else "/p/"
     with harness.RedisServer(cpu=harness.CPU) as server:
         harness.pin_client(harness.CPU)  # before the loop and any thread: they inherit CPU 0
-        harness.configure_django(
-            server.url,
-            apps=["django.contrib.sessions", "django_throttle"],
-            migrate=True,
-            database=DATABASE,
-            ROOT_URLCONF=__name__,
-            MIDDLEWARE=MIDDLEWARE,
-            SESSION_ENGINE="django.contrib.sessions.backends.signed_cookies",
-        )
+        harness.configure_site(server.url, __name__, database=DATABASE)
         urls()
         e2e.floor_calls(server.url)
         harness.create_rules([("*", args.algorithm, 10**9, "hour")])

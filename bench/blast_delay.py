@@ -19,12 +19,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import http.client
-import os
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -34,11 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import harness
-from harness import HOST
-from load import Gunicorn
 from redis import Redis
 
-REPO = Path(__file__).resolve().parent.parent
 PROBE_EVERY = 0.1
 
 SETTINGS = """from example_project.settings import *  # noqa: F403
@@ -64,35 +58,21 @@ RUNS: list[tuple[str, dict[str, Any], str]] = [
 ]
 
 
-def request(port: int, path: str, timeout: float = 30.0) -> int:
-    """The status of one request on a new connection; -1 without an HTTP answer."""
-    conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
-    try:
-        conn.request("GET", path, headers={"Connection": "close"})
-        response = conn.getresponse()
-        response.read()
-        return response.status
-    except (OSError, http.client.HTTPException):
-        return -1
-    finally:
-        conn.close()
-
-
 def run_once(
     workdir: Path, env: dict[str, str], threads: int, flood: int, seconds: float, path: str
 ) -> tuple[list[float], Counter[int]]:
     """Probe latencies (ms) and flood statuses of one server under one client's flood."""
-    server = Gunicorn(env, workdir / "gunicorn.log", 1, threads)
+    server = harness.Gunicorn(env, workdir / "gunicorn.log", 1, threads)
     try:
         server.start()
-        request(server.port, "/items/1/")  # the worker has loaded its rules
+        harness.http_get(server.port, "/items/1/")  # the worker has loaded its rules
         stop = threading.Event()
         statuses: Counter[int] = Counter()
         lock = threading.Lock()
 
         def flooding() -> None:
             while not stop.is_set():
-                status = request(server.port, path)
+                status = harness.http_get(server.port, path)
                 with lock:
                     statuses[status] += 1
 
@@ -104,7 +84,7 @@ def run_once(
         time.sleep(0.5)  # the flood is on
         while time.perf_counter() < end:
             start = time.perf_counter()
-            if request(server.port, "/items/1/") == 200:
+            if harness.http_get(server.port, "/items/1/") == 200:
                 latencies.append((time.perf_counter() - start) * 1000)
             time.sleep(max(0.0, PROBE_EVERY - (time.perf_counter() - start)))
         stop.set()
@@ -128,25 +108,11 @@ def main() -> int:
     try:
         harness.print_machine("gunicorn")
         redis.start()
-        env = {
-            k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "REDIS_", "DEMO_"))
-        }
-        env.update(
-            DJANGO_SETTINGS_MODULE="bench_blast_settings",
-            PYTHONPATH=os.pathsep.join([str(workdir), str(REPO)]),
-            REDIS_URL=redis.url,
-        )
+        env = harness.project_env(workdir, "bench_blast_settings", redis.url)
         settings = workdir / "bench_blast_settings.py"
         settings.write_text(SETTINGS.format(db=str(workdir / "db.sqlite3"), throttle={}))
-        for command in (["migrate", "--noinput"], ["shell", "-c", RULES]):
-            subprocess.run(
-                [sys.executable, "manage.py", *command],
-                cwd=REPO,
-                env=env,
-                check=True,
-                capture_output=True,
-                timeout=120,
-            )
+        harness.manage(env, "migrate", "--noinput")
+        harness.manage(env, "shell", "-c", RULES)
         rows = []
         for name, throttle, path in RUNS:
             settings.write_text(SETTINGS.format(db=str(workdir / "db.sqlite3"), throttle=throttle))

@@ -39,20 +39,15 @@ from typing import Any
 
 import harness
 
-THROTTLE = "django_throttle.middleware.ThrottleMiddleware"
 REFRESH = 1.0
 urlpatterns: list[Any] = []  # this module is the ROOT_URLCONF
 PATH = "/p7/items/"  # one prefix rule (/p7/) and one regex rule (^/p7/\w+/$) match it
 
 
 def urls() -> None:
-    from django.http import HttpResponse
     from django.urls import re_path
 
-    def plain(request: Any) -> HttpResponse:
-        return HttpResponse("ok")
-
-    urlpatterns[:] = [re_path(r"^", plain, name="n7")]
+    urlpatterns[:] = [re_path(r"^", harness.plain_view(), name="n7")]
 
 
 def table_of(n: int) -> list[dict[str, Any]]:
@@ -73,16 +68,6 @@ def table_of(n: int) -> list[dict[str, Any]]:
     return rules
 
 
-def set_refresh(seconds: float) -> None:
-    """RULES_REFRESH, as override_settings would change it (the rule cache starts over)."""
-    from django.conf import settings
-    from django.core.signals import setting_changed
-
-    value = {**settings.DJANGO_THROTTLE, "RULES_REFRESH": seconds}
-    settings.DJANGO_THROTTLE = value
-    setting_changed.send(sender=None, setting="DJANGO_THROTTLE", value=value, enter=True)
-
-
 def import_file(path: str, *args: str) -> tuple[float, float]:
     """Seconds of ``throttle_import`` on the clock and of this process's CPU (on a shared
     machine the second is what the import costs)."""
@@ -96,7 +81,7 @@ def import_file(path: str, *args: str) -> tuple[float, float]:
 
 def request_once(app: Any, environ: dict[str, Any]) -> float:
     started = time.perf_counter()
-    response = app(dict(environ), lambda status, headers, exc_info=None: None)
+    response = app(dict(environ), harness.start_response)
     assert response.status_code == 200, response.status_code
     return (time.perf_counter() - started) * 1000
 
@@ -207,19 +192,15 @@ def main() -> None:
     database = os.path.join(workdir, "rules.sqlite3")
     with harness.RedisServer(cpu=harness.CPU) as server:
         harness.pin_client(harness.CPU)
-        harness.configure_django(
+        harness.configure_throttled(
             server.url,
-            apps=["django_throttle"],
-            migrate=True,
-            database=database,
-            ROOT_URLCONF=__name__,
-            MIDDLEWARE=[THROTTLE],
+            __name__,
+            database,
             DEBUG_PROPAGATE_EXCEPTIONS=True,
             DJANGO_THROTTLE={"RULES_REFRESH": REFRESH},
         )
         urls()
         from django.core.handlers.wsgi import WSGIHandler
-        from django.test import RequestFactory
 
         from django_throttle.api import reset
         from django_throttle.models import Rule
@@ -260,8 +241,8 @@ def main() -> None:
         load_rules(loaded)
         reload_s = time.perf_counter() - started
 
-        environ = RequestFactory().get(PATH, REMOTE_ADDR="198.18.0.1").environ
-        set_refresh(3600.0)
+        environ = harness.environ(PATH, "198.18.0.1")
+        harness.change_throttle(RULES_REFRESH=3600.0)
         # Each table loaded into a rule cache of its own; the cases take turns, block by
         # block (machine noise hits each alike), each request served with its table's cache.
         caches = {}
@@ -287,9 +268,9 @@ def main() -> None:
 
         waits: dict[str, list[tuple[float, float]]] = {}
         for name in ("all", "prefixes"):
-            set_refresh(3600.0)
+            harness.change_throttle(RULES_REFRESH=3600.0)
             import_file(files[name], "--prune")
-            set_refresh(REFRESH)
+            harness.change_throttle(RULES_REFRESH=REFRESH)
             app = WSGIHandler()
             COLLECTIONS.start()
             row = [(request_once(app, environ), COLLECTIONS.longest)]

@@ -21,17 +21,13 @@ from typing import Any
 
 import harness
 
-THROTTLE = "django_throttle.middleware.ThrottleMiddleware"
 urlpatterns: list[Any] = []  # this module is the ROOT_URLCONF
 
 
 def urls() -> None:
-    from django.http import HttpResponse
     from django.urls import path
 
-    def plain(request: Any) -> HttpResponse:
-        return HttpResponse("ok")
-
+    plain = harness.plain_view()
     urlpatterns[:] = [path("hourly/", plain), path("per-second/", plain)]
 
 
@@ -59,15 +55,13 @@ def server_seconds(client: Any) -> float:
 
 def flood(app: Any, path: str, requests: int) -> tuple[int, list[float], float]:
     """(admitted, µs of each rejected request, seconds the flood took)."""
-    from django.test import RequestFactory
-
-    environ = RequestFactory().get(path, REMOTE_ADDR="198.18.0.1").environ
+    environ = harness.environ(path, "198.18.0.1")
     admitted = 0
     rejected: list[float] = []
     started = time.perf_counter()
     for _ in range(requests):
         before = time.perf_counter_ns()
-        response = app(dict(environ), lambda status, headers, exc_info=None: None)
+        response = app(dict(environ), harness.start_response)
         spent = (time.perf_counter_ns() - before) / 1000
         if response.status_code == 429:
             rejected.append(spent)
@@ -83,33 +77,23 @@ def main() -> None:
     options = parser.parse_args()
     with harness.RedisServer(cpu=harness.CPU) as server:
         harness.pin_client(harness.CPU)
-        harness.configure_django(
+        harness.configure_throttled(
             server.url,
-            apps=["django_throttle"],
-            migrate=True,
-            database="file:blocks?mode=memory&cache=shared",  # the recorder's thread sees it
-            ROOT_URLCONF=__name__,
-            MIDDLEWARE=[THROTTLE],
+            __name__,
+            "file:blocks?mode=memory&cache=shared",  # the recorder's thread sees it
             DEBUG_PROPAGATE_EXCEPTIONS=True,
-            TEMPLATES=[
-                {"BACKEND": "django.template.backends.django.DjangoTemplates", "APP_DIRS": True}
-            ],
         )
         urls()
         harness.create_rules([("/hourly/", "fixed_window", 10, "hour")])
         harness.create_rules([("/per-second/", "fixed_window", 10, "second")])
         import redis
-        from django.conf import settings
         from django.core.handlers.wsgi import WSGIHandler
-
-        from django_throttle.rules import reset_rule_cache
 
         client = redis.Redis.from_url(server.url)
         decisions = CountedDecisions()
         rows = []
         for block_cache in (True, False):
-            settings.DJANGO_THROTTLE = {**settings.DJANGO_THROTTLE, "BLOCK_CACHE": block_cache}
-            reset_rule_cache()
+            harness.change_throttle(BLOCK_CACHE=block_cache)
             app = WSGIHandler()
             for path, period in (("/hourly/", 3600.0), ("/per-second/", 1.0)):
                 client.flushdb()

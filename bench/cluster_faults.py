@@ -2,8 +2,8 @@
 
     .venv/bin/python bench/cluster_faults.py [--seconds 15] [--fault oom|pause|kill]
 
-Run from the repository root (about 10 s plus ``--seconds``). A six-node cluster from the tests'
-harness (tests/redis_topology.py: three masters, a replica each; node timeout 60 s here, so no
+Run from the repository root (about 10 s plus ``--seconds``). A six-node cluster from
+bench/topologies.py (three masters, a replica each; node timeout 60 s here, so no
 replica is promoted during the fault and the fault stays on its master), Django in this
 process (SQLite in memory), ``ThrottleMiddleware`` in Django's WSGIHandler, ``CLUSTER_URL``
 set, ``TIMEOUT`` and ``CONNECT_TIMEOUT`` 0.1 s, ``BREAKER_INTERVAL`` 2 s. One fail-closed rule
@@ -30,16 +30,14 @@ import argparse
 import contextlib
 import statistics
 import sys
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import harness
+from topologies import Cluster
 
-REPO = Path(__file__).resolve().parent.parent
 DATABASE = "file:bench-cluster-faults?mode=memory&cache=shared"
 CLOSED = "/closed/"
 THREADS, CLIENTS, PAUSE = 4, 256, 0.002
@@ -48,10 +46,9 @@ urlpatterns: list[Any] = []
 
 
 def urls() -> None:
-    from django.http import HttpResponse
     from django.urls import path
 
-    urlpatterns[:] = [path("closed/", lambda request: HttpResponse("ok"))]
+    urlpatterns[:] = [path("closed/", harness.plain_view())]
 
 
 def slot_master(cluster: Any, identity: str) -> int:
@@ -105,46 +102,6 @@ def sick(cluster: Any, port: int, fault: str) -> Iterator[None]:
                 client.delete(f"{key}:{i}")
 
 
-def load(app: Any, envs: list[tuple[str, dict[str, Any]]], seconds: float, fault: Any) -> Any:
-    """Requests from THREADS threads; (address, status) of those sent while ``fault`` was on."""
-    stop = threading.Event()
-    during = threading.Event()
-    answers: list[tuple[str, int, float]] = []
-    lock = threading.Lock()
-
-    def worker(k: int) -> None:
-        mine = []
-        i = k * len(envs) // THREADS
-        while not stop.is_set():
-            address, env = envs[i % len(envs)]
-            i += 1
-            counted = during.is_set()
-            sent = time.perf_counter()
-            response = app(dict(env), lambda status, headers, exc_info=None: None)
-            status = response.status_code
-            response.close()
-            if counted and during.is_set():
-                mine.append((address, status, time.perf_counter() - sent))
-            time.sleep(PAUSE)
-        with lock:
-            answers.extend(mine)
-
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(THREADS)]
-    for t in threads:
-        t.start()
-    try:
-        time.sleep(1.0)
-        with fault():
-            during.set()
-            time.sleep(seconds)
-            during.clear()
-    finally:
-        stop.set()
-        for t in threads:
-            t.join(30)
-    return answers
-
-
 def decide_cost(cluster: Any) -> list[tuple[str, str]]:
     from django_throttle.compiled import build_rule
     from django_throttle.engine import flow
@@ -190,25 +147,15 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--fault", choices=("oom", "pause", "kill"), default="oom")
     args = parser.parse_args()
-    sys.path.insert(0, str(REPO))  # tests.redis_topology
-    from tests.redis_topology import ClusterHarness
-
-    with harness.RedisServer() as cache, ClusterHarness(node_timeout_ms=60_000) as cluster:
-        harness.configure_django(
+    with harness.RedisServer() as cache, Cluster(node_timeout_ms=60_000) as cluster:
+        harness.configure_throttled(
             cache.url,
-            apps=["django_throttle"],
-            migrate=True,
-            database=DATABASE,
-            ROOT_URLCONF=__name__,
-            MIDDLEWARE=["django_throttle.middleware.ThrottleMiddleware"],
-            TEMPLATES=[
-                {"BACKEND": "django.template.backends.django.DjangoTemplates", "APP_DIRS": True}
-            ],  # the 503 page
+            __name__,
+            DATABASE,
             DJANGO_THROTTLE={**SETTINGS, "CLUSTER_URL": cluster.url},
         )
         urls()
         from django.core.handlers.wsgi import WSGIHandler
-        from django.test import RequestFactory
 
         from django_throttle.models import Rule
 
@@ -220,19 +167,26 @@ def main() -> int:
         addresses = harness.addresses(CLIENTS, prefix="198.19")
         master_of = {a: slot_master(cluster, "ip:" + a) for a in addresses}
         victim = cluster.masters()[0].port
-        factory = RequestFactory()
-        envs = [(a, factory.get(CLOSED, REMOTE_ADDR=a).environ) for a in addresses]
+        requests = [(CLOSED, a, harness.environ(CLOSED, a)) for a in addresses]
         app = WSGIHandler()
         print(
             f"\n## One master of three: {args.fault}, {args.seconds:g} s under load "
             f"({THREADS} threads, a request every {PAUSE * 1000:g} ms each, {CLIENTS} clients, "
             "a fail-closed rule nobody reaches)\n"
         )
-        answers = load(app, envs, args.seconds, lambda: sick(cluster, victim, args.fault))
+        with harness.Load(app, requests, THREADS, PAUSE) as load:
+            load.at(1.0)
+            with sick(cluster, victim, args.fault):
+                began = load.now()
+                time.sleep(args.seconds)
+                ended = load.now()
+        # The requests sent and answered while the master was sick.
+        answers = [a for a in load.answers if began <= a.sent and a.received <= ended]
         rows = []
         for label, on_victim in (("the sick master", True), ("the two healthy masters", False)):
-            mine = [s for a, s, _ in answers if (master_of[a] == victim) == on_victim]
-            waits = [w for a, _, w in answers if (master_of[a] == victim) == on_victim]
+            theirs = [a for a in answers if (master_of[a.client] == victim) == on_victim]
+            mine = [a.status for a in theirs]
+            waits = [a.received - a.sent for a in theirs]
             slow = sum(1 for w in waits if w >= SETTINGS["TIMEOUT"])
             counts = Counter(mine)
             clients = sum(1 for a in addresses if (master_of[a] == victim) == on_victim)

@@ -22,15 +22,8 @@ from typing import Any
 
 import harness
 from engine import HOUR, MINIMAL_COUNTS
-from harness import Case
 
 N_CLIENTS = 1000
-THROTTLE = "django_throttle.middleware.ThrottleMiddleware"
-MIDDLEWARE = [
-    "django.contrib.sessions.middleware.SessionMiddleware",
-    "django.middleware.common.CommonMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-]
 RULES = ("*", "/api/", r"^/api/x/$", "named", "dec")  # /p/ matches the first, /api/x/ all
 ALGORITHMS = ("sliding_window_counter", "token_bucket", "fixed_window")
 
@@ -43,14 +36,11 @@ urlpatterns: list[Any] = []  # this module is the ROOT_URLCONF; filled in by url
 
 
 def urls() -> None:
-    from django.http import HttpResponse
     from django.urls import path
 
     from django_throttle import throttle
 
-    def plain(request: Any) -> HttpResponse:
-        return HttpResponse("ok")
-
+    plain = harness.plain_view()
     urlpatterns[:] = [
         path("p/", plain, name="plain"),
         path("api/x/", throttle("dec")(plain), name="named"),
@@ -58,13 +48,8 @@ def urls() -> None:
 
 
 def handler(throttled: bool, extra: str | None = None) -> Any:
-    from django.conf import settings
-    from django.core.handlers.wsgi import WSGIHandler
-
-    settings.MIDDLEWARE = (
-        MIDDLEWARE + ([THROTTLE] if throttled else []) + ([extra] if extra else [])
-    )
-    return WSGIHandler()  # the middleware chain is built here, from the settings of now
+    throttle = (harness.THROTTLE,) if throttled else ()
+    return harness.wsgi_app((*harness.MIDDLEWARE, *throttle, *([extra] if extra else [])))
 
 
 # What the floor middlewares call, set by main(): redis-py's EVALSHA of `return 1`, and of the
@@ -100,19 +85,6 @@ def floor_calls(url: str) -> None:
     _floor["window"] = lambda key: client.evalsha(window, 1, key, HOUR, 1)
 
 
-def request_case(name: str, app: Any, path: str) -> Case:
-    from django.test import RequestFactory
-
-    factory = RequestFactory()
-    environs = [factory.get(path, REMOTE_ADDR=a).environ for a in harness.addresses(N_CLIENTS)]
-
-    def call(environ: dict[str, Any]) -> None:
-        response = app(environ, lambda status, headers, exc_info=None: None)
-        assert response.status_code == 200, response.status_code
-
-    return Case(name, call, lambda i: dict(environs[i % N_CLIENTS]))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="3 rounds x 500 requests")
@@ -121,14 +93,8 @@ def main() -> None:
     rounds, per_round = (3, 500) if args.quick else (7, 2000)
     with harness.RedisServer(cpu=harness.CPU) as server:
         harness.pin_client(harness.CPU)
-        harness.configure_django(
-            server.url,
-            apps=["django.contrib.sessions", "django_throttle"],
-            migrate=True,
-            ROOT_URLCONF=__name__,
-            MIDDLEWARE=MIDDLEWARE,
-            SESSION_ENGINE="django.contrib.sessions.backends.signed_cookies",
-            DJANGO_THROTTLE={"BACKEND": "memory" if args.memory else "redis"},
+        harness.configure_site(
+            server.url, __name__, DJANGO_THROTTLE={"BACKEND": "memory" if args.memory else "redis"}
         )
         urls()
         floor_calls(server.url)
@@ -138,11 +104,13 @@ def main() -> None:
         throttled = handler(True)
         cases = [
             harness.raw_evalsha(server.url),
-            request_case("Django, no throttling", handler(False), "/p/"),
-            request_case(ONE_RULE, throttled, "/p/"),
-            request_case("ThrottleMiddleware, 5 rules", throttled, "/api/x/"),
-            request_case(ROUND_TRIP, handler(False, f"{__name__}.RoundTripMiddleware"), "/p/"),
-            request_case(
+            harness.request_case("Django, no throttling", handler(False), "/p/"),
+            harness.request_case(ONE_RULE, throttled, "/p/"),
+            harness.request_case("ThrottleMiddleware, 5 rules", throttled, "/api/x/"),
+            harness.request_case(
+                ROUND_TRIP, handler(False, f"{__name__}.RoundTripMiddleware"), "/p/"
+            ),
+            harness.request_case(
                 MINIMAL_WINDOW, handler(False, f"{__name__}.MinimalWindowMiddleware"), "/p/"
             ),
         ]

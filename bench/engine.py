@@ -34,9 +34,20 @@ MEMORY_ADMITS = 100
 RACE_PROCS, RACE_ATTEMPTS, RACE_LIMIT = 8, 40, 50
 
 
+def available(name: str) -> bool:
+    """Ours, or a peer whose package is installed (bench/run installs them all)."""
+    dist = {
+        "limits": "limits",
+        "django-ratelimit": "django-ratelimit",
+        "DRF": "djangorestframework",
+    }
+    peer = dist.get(name.split()[0])
+    return peer is None or harness.version(peer) != "not installed"
+
+
 def setup(url: str, migrate: bool = False) -> None:
-    apps = ["rest_framework", "django_throttle"]
-    harness.configure_django(url, apps, migrate)
+    apps = ["rest_framework"] if available("DRF") else []
+    harness.configure_django(url, [*apps, "django_throttle"], migrate)
 
 
 def request(address: str) -> Any:
@@ -124,6 +135,8 @@ def latency_cases(url: str, n_clients: int) -> list[Case]:
         ("django-ratelimit", 3),
         ("DRF AnonRateThrottle", 1),
     ):
+        if not available(name):
+            continue
         op = contender(name, url, f"lat{n}", PEER_RATES[:n])
         label = name if name.startswith("DRF") else f"{name} {n} limit{'s' * (n > 1)}"
         cases.append(Case(label, op, lambda i: shared[i % n_clients]))
@@ -240,7 +253,7 @@ def memory_rows(url: str) -> list[tuple[Any, ...]]:
     ]
     r = request("198.51.100.7")
     rows = []
-    for name in names:
+    for name in filter(available, names):
         sizes = []
         for admits in (1, MEMORY_ADMITS):
             admin.flushall()
@@ -264,7 +277,8 @@ def memory_rows(url: str) -> list[tuple[Any, ...]]:
 def contenders() -> list[str]:
     ours = [f"django-throttle {a}" for a in harness.algorithms()]
     limits = [f"limits {s}" for s in ("FixedWindow", "MovingWindow", "SlidingWindowCounter")]
-    return [*ours, "django-throttle 5 rules", "django-ratelimit", "DRF AnonRateThrottle", *limits]
+    peers = ["django-ratelimit", "DRF AnonRateThrottle", *limits]
+    return [*ours, "django-throttle 5 rules", *filter(available, peers)]
 
 
 def race_worker(url: str, tag: str, address: str, barrier: Any, results: Any) -> None:
@@ -283,17 +297,19 @@ def race_worker(url: str, tag: str, address: str, barrier: Any, results: Any) ->
 
 
 def race(url: str) -> list[tuple[str, str, str]]:
-    from django_ratelimit.core import _get_window
-
     left = HOUR - time.time() % HOUR  # our windows are aligned to the hour: not across one
     if left < 30:
         time.sleep(left + 1)
-    # A client whose django-ratelimit window (jittered per key) does not end during the race.
-    address = next(
-        f"203.0.113.{i}"
-        for i in range(1, 250)
-        if _get_window(f"203.0.113.{i}", HOUR) - time.time() > 120
-    )
+    address = "203.0.113.1"
+    if available("django-ratelimit"):
+        from django_ratelimit.core import _get_window
+
+        # A client whose django-ratelimit window (jittered per key) does not end in the race.
+        address = next(
+            f"203.0.113.{i}"
+            for i in range(1, 250)
+            if _get_window(f"203.0.113.{i}", HOUR) - time.time() > 120
+        )
     ctx = mp.get_context("spawn")
     barrier, results = ctx.Barrier(RACE_PROCS), ctx.Queue()
     args = (url, uuid.uuid4().hex[:8], address, barrier, results)

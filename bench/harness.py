@@ -1,4 +1,4 @@
-"""What the benchmarks share: a redis-server of their own, Django set-up, timing, tables, machine.
+"""What the benchmarks share: a redis-server, Django, requests, gunicorn, timing, tables, machine.
 
 The benchmarks are scripts run from the repository root (``.venv/bin/python bench/e2e.py``);
 Python puts bench/ on ``sys.path``, so they ``import harness``. The package comes from the
@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import gc
+import http.client
 import math
 import os
 import platform
@@ -17,7 +18,9 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -49,20 +52,56 @@ def ping(port: int, timeout: float = 0.5) -> bool:
 
 class RedisServer:
     """A redis-server on a free loopback port, no RDB or AOF, in a temporary directory;
-    ``cpu`` pins it there (``taskset -c``). Killed, paused and started again on the same port."""
+    ``cpu`` pins it there (``taskset -c``). Killed, paused and started again on the same port.
+    ``args`` come after the defaults (a replica's, a cluster node's), ``config`` is the text of
+    a config file read first (a Sentinel needs one it can rewrite), ``port`` one chosen by the
+    caller (a cluster node needs port + 10000 free too)."""
 
-    def __init__(self, cpu: int | None = None) -> None:
+    def __init__(
+        self,
+        cpu: int | None = None,
+        *,
+        args: Sequence[str] = (),
+        config: str | None = None,
+        port: int | None = None,
+    ) -> None:
         if shutil.which("redis-server") is None:
             raise SystemExit("redis-server is not on PATH (apt-get install redis-server)")
         self.cpu = cpu
-        self.port = free_port()
+        self.args = list(args)
+        self.config = config
+        self.port = port or free_port()
         self.dir = tempfile.mkdtemp(prefix="bench-redis-")
         self.url = f"redis://{HOST}:{self.port}/0"
         self.proc: subprocess.Popen[bytes] | None = None
 
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def command(self) -> list[str]:
+        """The command line: the config file if any, the defaults, then ``args``."""
+        args = ["redis-server"]
+        if self.config is not None:
+            path = os.path.join(self.dir, "redis.conf")
+            if not os.path.exists(path):  # a restart reads what the server rewrote
+                with open(path, "w") as file:
+                    file.write(self.config)
+            args.append(path)
+        args += ["--port", str(self.port), "--bind", HOST, "--save", ""]
+        return [
+            *args,
+            "--appendonly",
+            "no",
+            "--dir",
+            self.dir,
+            "--logfile",
+            "redis.log",
+            *self.args,
+        ]
+
     def start(self, timeout: float = 10.0) -> None:
-        args = ["redis-server", "--port", str(self.port), "--bind", HOST, "--save", ""]
-        args += ["--appendonly", "no", "--dir", self.dir, "--logfile", "redis.log"]
+        args = self.command()
         if self.cpu is not None:
             args = ["taskset", "-c", str(self.cpu), *args]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -168,6 +207,193 @@ def configure_django(
         call_command("migrate", verbosity=0)
 
 
+THROTTLE = "django_throttle.middleware.ThrottleMiddleware"
+# A site's usual middleware before ours: what a request through Django costs without us.
+MIDDLEWARE = (
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+)
+TEMPLATES = [  # the 429 and 503 pages
+    {"BACKEND": "django.template.backends.django.DjangoTemplates", "APP_DIRS": True}
+]
+
+
+def configure_site(redis_url: str, urlconf: str, **settings: Any) -> None:
+    """configure_django() for requests through a handler: sessions (signed cookies) and auth
+    in the middleware, django_throttle's tables made, ``urlconf`` the ROOT_URLCONF."""
+    configure_django(
+        redis_url,
+        apps=["django.contrib.sessions", "django_throttle"],
+        migrate=True,
+        ROOT_URLCONF=urlconf,
+        MIDDLEWARE=list(MIDDLEWARE),
+        SESSION_ENGINE="django.contrib.sessions.backends.signed_cookies",
+        **settings,
+    )
+
+
+def configure_throttled(redis_url: str, urlconf: str, database: str, **settings: Any) -> None:
+    """configure_django() for requests through ThrottleMiddleware alone, its tables made, the
+    429 and 503 pages rendered, ``urlconf`` the ROOT_URLCONF."""
+    configure_django(
+        redis_url,
+        apps=["django_throttle"],
+        migrate=True,
+        database=database,
+        ROOT_URLCONF=urlconf,
+        MIDDLEWARE=[THROTTLE],
+        TEMPLATES=TEMPLATES,
+        **settings,
+    )
+
+
+def change_throttle(**values: Any) -> None:
+    """DJANGO_THROTTLE changed as override_settings changes it: with setting_changed sent, so
+    the package builds again what it made from the settings before (rules, store, caches)."""
+    from django.conf import settings
+    from django.core.signals import setting_changed
+
+    value = {**settings.DJANGO_THROTTLE, **values}
+    settings.DJANGO_THROTTLE = value
+    setting_changed.send(sender=None, setting="DJANGO_THROTTLE", value=value, enter=True)
+
+
+def plain_view() -> Callable[[Any], Any]:
+    """A view that answers 200 ``ok`` (made once Django is set up)."""
+    from django.http import HttpResponse
+
+    def plain(request: Any) -> HttpResponse:
+        return HttpResponse("ok")
+
+    return plain
+
+
+def wsgi_app(middleware: Sequence[str]) -> Any:
+    """Django's WSGIHandler with this middleware: it builds its chain from the settings of now."""
+    from django.conf import settings
+    from django.core.handlers.wsgi import WSGIHandler
+
+    settings.MIDDLEWARE = list(middleware)
+    return WSGIHandler()
+
+
+# -- requests through Django's WSGI handler ---------------------------------------------------
+
+
+def start_response(status: str, headers: Any, exc_info: Any = None) -> None:
+    """What a WSGI server passes the app; the bench reads the response object instead."""
+
+
+def environ(path: str, address: str) -> dict[str, Any]:
+    """The WSGI environ of a GET of ``path`` from ``address``."""
+    from django.test import RequestFactory
+
+    return RequestFactory().get(path, REMOTE_ADDR=address).environ
+
+
+def environs(path: str, n: int, prefix: str = "198.18") -> list[dict[str, Any]]:
+    """WSGI environs of a GET of ``path`` from ``n`` client addresses."""
+    return [environ(path, a) for a in addresses(n, prefix)]
+
+
+def get(app: Any, env: dict[str, Any]) -> tuple[int, bool]:
+    """One request through a WSGI ``app``: its status, and whether it has Retry-After."""
+    response = app(dict(env), start_response)
+    try:
+        return response.status_code, response.has_header("Retry-After")
+    finally:
+        response.close()
+
+
+@dataclass(slots=True)
+class Answer:
+    path: str
+    client: str
+    sent: float  # seconds since the load started
+    received: float
+    status: int  # -1: no response (an exception reached the client thread)
+    retry_after: bool
+
+
+class Load:
+    """``threads`` threads sending requests through a WSGI ``app`` until the block ends, each
+    going round ``requests`` ((path, client, environ) each) and pausing ``pause`` s between."""
+
+    def __init__(
+        self,
+        app: Any,
+        requests: Sequence[tuple[str, str, dict[str, Any]]],
+        threads: int,
+        pause: float,
+    ) -> None:
+        self.app, self.requests, self.pause = app, requests, pause
+        self.answers: list[Answer] = []
+        self.errors: list[BaseException] = []
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.t0 = time.perf_counter()
+        self.threads = [threading.Thread(target=self.worker, args=(k,)) for k in range(threads)]
+
+    def now(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def at(self, offset: float) -> float:
+        """Sleep until ``offset`` s after the start; the time then."""
+        time.sleep(max(0.0, offset - self.now()))
+        return self.now()
+
+    def worker(self, k: int) -> None:
+        mine: list[Answer] = []
+        i = k * len(self.requests) // len(self.threads)
+        while not self.stop.is_set():
+            path, client, env = self.requests[i % len(self.requests)]
+            i += 1
+            sent, status, retry = self.now(), -1, False
+            try:
+                status, retry = get(self.app, env)
+            except Exception as exc:  # what the handler let through: reported
+                self.errors.append(exc)
+            mine.append(Answer(path, client, sent, self.now(), status, retry))
+            time.sleep(self.pause)
+        with self.lock:
+            self.answers.extend(mine)
+
+    def __enter__(self) -> Load:
+        self.t0 = time.perf_counter()
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(30)
+        self.answers.sort(key=lambda a: a.sent)
+
+
+def request_case(
+    name: str, app: Any, path: str, n: int = 1000, before: Callable[[], None] | None = None
+) -> Case:
+    """GETs of ``path`` from ``n`` clients through a WSGI ``app``, each answered 200;
+    ``before`` runs untimed before each one."""
+    requests = environs(path, n)
+
+    def call(environ: dict[str, Any]) -> None:
+        response = app(environ, start_response)
+        assert response.status_code == 200, response.status_code
+
+    def prep(i: int) -> dict[str, Any]:
+        if before is not None:
+            before()
+        return dict(requests[i % n])
+
+    return Case(name, call, prep)
+
+
+# -- rules and clients ------------------------------------------------------------------------
+
+
 def create_rules(rules: Sequence[tuple[str, str, int, str]]) -> None:
     """Rows in the database, as the admin saves them: (scope, algorithm, limit, unit) each."""
     from django_throttle.models import Rule
@@ -196,6 +422,95 @@ def addresses(n: int, prefix: str = "198.18") -> list[str]:
     """Distinct client addresses (the 198.18.0.0/15 benchmarking range)."""
     assert n <= 65536
     return [f"{prefix}.{i // 256}.{i % 256}" for i in range(n)]
+
+
+# -- the example project under gunicorn -------------------------------------------------------
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
+
+
+def project_env(workdir: str | os.PathLike[str], settings: str, redis_url: str) -> dict[str, str]:
+    """The environment of example_project's commands and server: the settings module
+    ``settings`` (written by the caller into ``workdir``), Redis at ``redis_url``; the
+    caller's DJANGO_, REDIS_ and DEMO_ variables left out."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "REDIS_", "DEMO_"))}
+    env.update(
+        DJANGO_SETTINGS_MODULE=settings,
+        PYTHONPATH=os.pathsep.join([str(workdir), ROOT]),
+        REDIS_URL=redis_url,
+    )
+    return env
+
+
+def manage(env: dict[str, str], *command: str) -> None:
+    """``manage.py <command>`` of the example project."""
+    subprocess.run(
+        [sys.executable, "manage.py", *command],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+
+
+def http_get(port: int, path: str, timeout: float = 30.0) -> int:
+    """The status of one GET on a new connection; -1 without an HTTP answer."""
+    conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
+    try:
+        conn.request("GET", path, headers={"Connection": "close"})
+        response = conn.getresponse()
+        response.read()
+        return response.status
+    except (OSError, http.client.HTTPException):
+        return -1
+    finally:
+        conn.close()
+
+
+class Gunicorn:
+    """gunicorn in a session of its own, so that its workers stop with it."""
+
+    def __init__(
+        self, env: dict[str, str], log: str | os.PathLike[str], workers: int, threads: int
+    ) -> None:
+        self.env, self.log, self.port = env, log, free_port()
+        self.args = [sys.executable, "-m", "gunicorn", "example_project.wsgi:application"]
+        self.args += ["--bind", f"{HOST}:{self.port}", "--workers", str(workers)]
+        self.args += ["--worker-class", "gthread", "--threads", str(threads), "--timeout", "30"]
+        self.args += ["--graceful-timeout", "5", "--error-logfile", "-"]
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                self.args,
+                cwd=ROOT,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            if http_get(self.port, "/", timeout=10) == 200:
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"gunicorn did not start; see {self.log}")
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        proc.terminate()  # graceful: the workers finish and exit
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)  # workers left by a master that died
 
 
 # -- timing -----------------------------------------------------------------------------------

@@ -32,26 +32,12 @@ def calls(n: int, rules: int, middleware: bool) -> None:
         if middleware:
             import e2e
 
-            harness.configure_django(
-                server.url,
-                apps=["django.contrib.sessions", "django_throttle"],
-                migrate=True,
-                ROOT_URLCONF="e2e",
-                MIDDLEWARE=[*e2e.MIDDLEWARE, *([e2e.THROTTLE] if rules else [])],
-                SESSION_ENGINE="django.contrib.sessions.backends.signed_cookies",
-            )
+            harness.configure_site(server.url, "e2e")
             e2e.urls()
             harness.create_rules([("*", "fixed_window", 10**9, "hour")] * rules)
-            from django.core.handlers.wsgi import WSGIHandler
-            from django.test import RequestFactory
-
-            app = WSGIHandler()
-            factory = RequestFactory()
-            addrs = harness.addresses(1000)
-            environs = [factory.get("/p/", REMOTE_ADDR=a).environ for a in addrs]
+            case = harness.request_case("counted", e2e.handler(throttled=rules > 0), "/p/")
             for i in range(n):
-                response = app(dict(environs[i % 1000]), lambda *a: None)
-                assert response.status_code == 200
+                case.op(case.prep(i))
             return
         from engine import request, setup
 

@@ -4,8 +4,8 @@
 
 Run from the repository root (``pip install -r bench/requirements.txt`` for gunicorn). On
 loopback only: its own redis-server and a fresh SQLite database in a temporary directory;
-two rules, ``/api/`` (fail-open, a per-client limit keyed on ``X-Client``, sliding log so
-the count is exact) and ``^/items/\\d+/$`` (fail-closed, a limit nobody reaches: 200 while
+``BLOCK_CACHE`` off; two rules, ``/api/`` (fail-open, a per-client limit keyed on
+``X-Client``, sliding log so the count is exact) and ``^/items/\\d+/$`` (fail-closed, a limit nobody reaches: 200 while
 Redis is up, 503 while it is down); ``example_project.wsgi`` under gunicorn (gthread); client
 threads, half on keep-alive connections, half on a new connection per request, every 5th
 request to the fail-closed path. Phases: *before* (Redis up), *outage* (``kill``: SIGKILL,
@@ -18,12 +18,9 @@ hold (exit 1 if one fails). Every process it starts is stopped in a ``finally``.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import http.client
-import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -35,15 +32,18 @@ from pathlib import Path
 import harness
 from harness import HOST
 
-REPO = Path(__file__).resolve().parent.parent
 BREAKER_INTERVAL = 2.0
 INTERVAL, CLOSED_EVERY, HANG_MS = 0.05, 5, 1000.0
 
+# BLOCK_CACHE off: the checks count what Redis and the local fallback decide; the block cache
+# would answer a client over its limit from memory for the rest of its window, outage or not.
 SETTINGS = """from example_project.settings import *  # noqa: F403
 
 DEBUG = False
 DATABASES["default"]["NAME"] = {db!r}  # noqa: F405
-DJANGO_THROTTLE = {{**DJANGO_THROTTLE, "BREAKER_INTERVAL": {breaker}}}  # noqa: F405
+DJANGO_THROTTLE = {{
+    **DJANGO_THROTTLE, "BREAKER_INTERVAL": {breaker}, "BLOCK_CACHE": False
+}}  # noqa: F405
 """
 
 RULES = """from django_throttle.models import Rule
@@ -52,59 +52,6 @@ Rule.objects.create(name="bench-api", scope="/api/", key_kind="header", key_arg=
 Rule.objects.create(name="bench-items", scope=r"^/items/\\d+/$", key_kind="header",
     key_arg="X-Client", limit=100000, unit="minute", algorithm="fixed_window", fail_mode="closed")
 """
-
-
-class Gunicorn:
-    """gunicorn in a session of its own, so that its workers stop with it."""
-
-    def __init__(self, env: dict[str, str], log: Path, workers: int, threads: int) -> None:
-        self.env, self.log, self.port = env, log, harness.free_port()
-        self.args = [sys.executable, "-m", "gunicorn", "example_project.wsgi:application"]
-        self.args += ["--bind", f"{HOST}:{self.port}", "--workers", str(workers)]
-        self.args += ["--worker-class", "gthread", "--threads", str(threads), "--timeout", "30"]
-        self.args += ["--graceful-timeout", "5", "--error-logfile", "-"]
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(
-                self.args,
-                cwd=REPO,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                start_new_session=True,
-            )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and self.proc.poll() is None:
-            with contextlib.suppress(OSError, http.client.HTTPException):
-                if get(self.port, "/", {}).status == 200:
-                    return
-            time.sleep(0.1)
-        raise RuntimeError(f"gunicorn did not start; see {self.log}")
-
-    def stop(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        proc.terminate()  # graceful: the workers finish and exit
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)  # workers left by a master that died
-
-
-def get(port: int, path: str, headers: dict[str, str]) -> http.client.HTTPResponse:
-    conn = http.client.HTTPConnection(HOST, port, timeout=10)
-    conn.request("GET", path, headers={"Connection": "close", **headers})
-    response = conn.getresponse()
-    response.read()
-    conn.close()
-    return response
 
 
 @dataclass(slots=True)
@@ -276,7 +223,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda signum, _: sys.exit(128 + signum))  # run the finally
     workdir = Path(tempfile.mkdtemp(prefix="bench-load-"))
     redis = harness.RedisServer()
-    server: Gunicorn | None = None
+    server: harness.Gunicorn | None = None
     load: Load | None = None
     try:
         harness.print_machine("gunicorn")
@@ -284,27 +231,13 @@ def main() -> int:
         (workdir / "bench_load_settings.py").write_text(
             SETTINGS.format(db=str(workdir / "db.sqlite3"), breaker=BREAKER_INTERVAL)
         )
-        env = {
-            k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "REDIS_", "DEMO_"))
-        }
-        env.update(
-            DJANGO_SETTINGS_MODULE="bench_load_settings",
-            PYTHONPATH=os.pathsep.join([str(workdir), str(REPO)]),
-            REDIS_URL=redis.url,
-        )
-        for command in (["migrate", "--noinput"], ["shell", "-c", RULES.format(limit=args.limit)]):
-            subprocess.run(
-                [sys.executable, "manage.py", *command],
-                cwd=REPO,
-                env=env,
-                check=True,
-                capture_output=True,
-                timeout=120,
-            )
-        server = Gunicorn(env, workdir / "gunicorn.log", args.workers, args.threads)
+        env = harness.project_env(workdir, "bench_load_settings", redis.url)
+        harness.manage(env, "migrate", "--noinput")
+        harness.manage(env, "shell", "-c", RULES.format(limit=args.limit))
+        server = harness.Gunicorn(env, workdir / "gunicorn.log", args.workers, args.threads)
         server.start()
         for i in range(args.workers * 6):  # every worker loads its rules before the clock starts
-            get(server.port, "/api/items/" if i % 2 else "/items/1/", {})
+            harness.http_get(server.port, "/api/items/" if i % 2 else "/items/1/")
         t0 = time.perf_counter()
         load = Load(
             server.port, args.clients, args.max_requests, t0, t0 + before + outage + after + 15

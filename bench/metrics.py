@@ -28,52 +28,27 @@ import harness
 from harness import Case
 
 N_CLIENTS = 1000
-THROTTLE = "django_throttle.middleware.ThrottleMiddleware"
-MIDDLEWARE = [
-    "django.contrib.sessions.middleware.SessionMiddleware",
-    "django.middleware.common.CommonMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-]
 
 urlpatterns: list[Any] = []  # this module is the ROOT_URLCONF; filled in by urls()
 
 
 def urls() -> None:
-    from django.http import HttpResponse
     from django.urls import path
 
-    def plain(request: Any) -> HttpResponse:
-        return HttpResponse("ok")
-
-    urlpatterns[:] = [path("p/", plain, name="plain")]
+    urlpatterns[:] = [path("p/", harness.plain_view(), name="plain")]
 
 
 def handler(throttled: bool) -> Any:
-    from django.conf import settings
-    from django.core.handlers.wsgi import WSGIHandler
-
-    settings.MIDDLEWARE = MIDDLEWARE + ([THROTTLE] if throttled else [])
-    return WSGIHandler()  # the middleware chain is built here, from the settings of now
+    return harness.wsgi_app((*harness.MIDDLEWARE, *((harness.THROTTLE,) if throttled else ())))
 
 
 def request_case(name: str, app: Any, metrics_on: bool | None = None) -> Case:
-    from django.test import RequestFactory
-
     from django_throttle import metrics
 
-    factory = RequestFactory()
-    environs = [factory.get("/p/", REMOTE_ADDR=a).environ for a in harness.addresses(N_CLIENTS)]
+    def switch() -> None:  # untimed: before the clock starts
+        metrics.switch.on = bool(metrics_on)
 
-    def call(environ: dict[str, Any]) -> None:
-        response = app(environ, lambda status, headers, exc_info=None: None)
-        assert response.status_code == 200, response.status_code
-
-    def prep(i: int) -> dict[str, Any]:
-        if metrics_on is not None:
-            metrics.switch.on = metrics_on  # untimed: prep runs before the clock starts
-        return dict(environs[i % N_CLIENTS])
-
-    return Case(name, call, prep)
+    return harness.request_case(name, app, "/p/", N_CLIENTS, None if metrics_on is None else switch)
 
 
 def hook_costs() -> list[tuple[str, str]]:
@@ -109,13 +84,9 @@ def main() -> None:
     rounds, per_round = (3, 500) if args.quick else (7, 2000)
     with harness.RedisServer(cpu=harness.CPU) as server:
         harness.pin_client(harness.CPU)
-        harness.configure_django(
+        harness.configure_site(
             server.url,
-            apps=["django.contrib.sessions", "django_throttle"],
-            migrate=True,
-            ROOT_URLCONF=__name__,
-            MIDDLEWARE=MIDDLEWARE,
-            SESSION_ENGINE="django.contrib.sessions.backends.signed_cookies",
+            __name__,
             DJANGO_THROTTLE={"METRICS": True, "BACKEND": "memory" if args.memory else "redis"},
         )
         urls()

@@ -1,7 +1,7 @@
 """decide.lua at the floor: its server time per check beside minimal scripts of the same commands.
 
     .venv/bin/python bench/script.py [--quick] [--rounds N] [--median] [--against FILE]
-        [--original FILE]
+        [--instructions]
 
 Run from the repository root. One run starts its own redis-server (pinned with ``taskset -c
 0``) and pins itself to the same CPU. For each algorithm, these EVALSHA calls take turns, a
@@ -38,10 +38,6 @@ valgrind's callgrind in a redis-server run under it (``apt-get install valgrind`
 calls per case after its warm-up: the same for every run, whatever else the machine does
 (the time's ratios follow the instructions' on this workload, the commands' memory accesses
 aside).
-
-``--original FILE``: decide.lua as it was before issue 14 changed its KEYS and ARGV (a pristine
-copy: ``git show 01c1cdd:django_throttle/store/lua/decide.lua``), fed the input it takes
-(legacy_input) and timed with 1, 3 and 5 checks in the same turns; printed as one more table.
 """
 
 from __future__ import annotations
@@ -253,45 +249,6 @@ def decide_case(client: Any, rules: Rules, algorithm: str, n: int, addrs: list[s
     return Case(label, DECIDE_SHA, inputs, rules=made)
 
 
-def legacy_input(checks: list[Any]) -> tuple[list[str], list[Any]]:
-    """KEYS and ARGV of decide.lua as they were before issue 14 (--original): "0" (not a dry
-    run), the number of checks, then per check its code, limit, period, burst (a calendar
-    window's "s1:s2:s3:s4"), cost, "1" if enforcing, block; the state keys, then the block keys."""
-    from django_throttle.keyspace import ALGORITHM_CODES, BLOCK_SUFFIX, CALENDAR_CODE
-    from django_throttle.store.base import state_key
-
-    keys = [state_key(c.rule, c.identity) for c in checks]
-    blocks = [k + BLOCK_SUFFIX for k, c in zip(keys, checks, strict=True) if c.rule.block]
-    args: list[Any] = ["0", len(checks)]
-    for check in checks:
-        rule = check.rule
-        calendar = rule.calendar
-        args += (
-            ALGORITHM_CODES[rule.algorithm] if calendar is None else CALENDAR_CODE,
-            rule.limit,
-            rule.period,
-            rule.burst if calendar is None else calendar.encoded(time.time()),
-            check.cost,
-            "1" if rule.enforcing else "0",
-            rule.block,
-        )
-    return keys + blocks, args
-
-
-def original_case(client: Any, source: str, one: Case, addrs: list[str]) -> Case:
-    """The --original decide.lua on the rules and clients of a package case, with the input it
-    takes (legacy_input) and keys of its own ("o:" before them)."""
-    from django_throttle.store import Check
-
-    sha = client.script_load(source)
-    inputs = []
-    for address in addrs:
-        keys, args = legacy_input([Check(r, f"ip:{address}") for r in one.rules])
-        inputs.append((len(keys), *(f"o:{k}" for k in keys), *args))
-    n = len(one.rules)
-    return Case(f"original decide.lua, {n} check{'s' * (n > 1)}", sha, inputs)
-
-
 def minimal_case(client: Any, rules: Rules, algorithm: str, addrs: list[str]) -> Case:
     """The minimal script on the state key the package would use for a rule of its own."""
     from django_throttle.store import Check
@@ -361,22 +318,14 @@ class CallgrindServer(harness.RedisServer):
     """The bench's redis-server under valgrind's callgrind, which counts the instructions run
     inside evalGenericCommand (EVALSHA) only; zeroed and read between cases."""
 
-    def start(self, timeout: float = 120.0) -> None:
+    def command(self) -> list[str]:
         if shutil.which("valgrind") is None:
             raise SystemExit("--instructions needs valgrind (apt-get install valgrind)")
         args = ["valgrind", "--tool=callgrind", "--toggle-collect=evalGenericCommand"]
-        args += [f"--callgrind-out-file={self.dir}/callgrind.out", "redis-server"]
-        args += ["--port", str(self.port), "--bind", harness.HOST, "--save", ""]
-        args += ["--appendonly", "no", "--dir", self.dir, "--logfile", "redis.log"]
-        if self.cpu is not None:
-            args = ["taskset", "-c", str(self.cpu), *args]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + timeout
-        while not harness.ping(self.port):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"redis-server under valgrind did not answer on {self.port}")
-            time.sleep(0.1)
+        return [*args, f"--callgrind-out-file={self.dir}/callgrind.out", *super().command()]
+
+    def start(self, timeout: float = 120.0) -> None:
+        super().start(timeout)
 
     def control(self, option: str) -> None:
         assert self.proc is not None
@@ -443,9 +392,6 @@ def main() -> int:
         "--median", action="store_true", help="each case's median round, not all rounds summed"
     )
     parser.add_argument("--against", help="another decide.lua to time beside the package's")
-    parser.add_argument(
-        "--original", help="decide.lua as it was before issue 14 (its own input), timed beside"
-    )
     args = parser.parse_args()
     rounds, per_round, n_clients = (2, 1000, 200) if args.quick else (5, 4000, 1000)
     rounds = args.rounds or rounds
@@ -476,19 +422,10 @@ def main() -> int:
             with open(args.against, encoding="utf-8") as file:
                 source = file.read()
             variants = {a: variant_case(client, source, group[0]) for a, group in cases.items()}
-        originals = {}
-        if args.original:
-            with open(args.original, encoding="utf-8") as file:
-                source = file.read()
-            originals = {
-                a: [original_case(client, source, one, addrs) for one in group[:-1]]
-                for a, group in cases.items()
-            }
         everything = [
             floor,
             *(c for group in cases.values() for c in group),
             *variants.values(),
-            *(c for group in originals.values() for c in group),
         ]
         harness.print_machine()
         if UNIT == "Ir":
@@ -560,38 +497,6 @@ def main() -> int:
                     )
                     for a, v in variants.items()
                 ],
-            )
-        if originals:
-            print(f"\n## {args.original} (--original) beside the package's decide.lua\n")
-            rows = []
-            for a, (o1, o3, o5) in originals.items():
-                one, three, five, minimal = cases[a]
-                rows.append(
-                    (
-                        a,
-                        *(f"{c.us:.2f}" for c in (o1, o3, o5, one, three, five, minimal)),
-                        f"{o1.us / minimal.us:.2f}x",
-                        f"{one.us / minimal.us:.2f}x",
-                        f"{(o5.us - o1.us) / 4 / minimal.us:.2f}x",
-                        f"{(five.us - one.us) / 4 / minimal.us:.2f}x",
-                    )
-                )
-            harness.table(
-                (
-                    "algorithm",
-                    f"original 1 {UNIT}",
-                    "3",
-                    "5",
-                    f"package 1 {UNIT}",
-                    "3",
-                    "5",
-                    f"minimal {UNIT}",
-                    "original 1 / minimal",
-                    "package 1 / minimal",
-                    "original extra / minimal",
-                    "package extra / minimal",
-                ),
-                rows,
             )
 
         print("\n## Redis commands per call and state left: decide.lua (1 check), minimal\n")

@@ -2,9 +2,8 @@
 
     .venv/bin/python bench/topology.py [--quick] [--only latency|throughput|spread|faults]
 
-Run from the repository root (about 90 s; ``--quick`` about 40 s). Unlike the other scripts,
-this one uses the tests' topology harness, tests/redis_topology.py (the repository root is put
-on ``sys.path``): a six-node cluster (3 masters, a replica each, node timeout 1 s), a primary
+Run from the repository root (about 90 s; ``--quick`` about 40 s). The topologies come from
+bench/topologies.py: a six-node cluster (3 masters, a replica each, node timeout 1 s), a primary
 and its replica (behind a TCP proxy for a fault), a Sentinel group. Every process is real, on
 loopback, and stopped on the way out. Django runs in this process (SQLite in memory, one
 database shared by its threads), the rules are rows in the database, and every decision goes
@@ -63,20 +62,14 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import harness
 from harness import Case
+from topologies import Cluster, ReplicatedRedis, SentinelGroup, TcpProxy
 
-if TYPE_CHECKING:
-    from tests.redis_topology import ClusterHarness
-
-REPO = Path(__file__).resolve().parent.parent
 SECTIONS = ("latency", "throughput", "spread", "faults")
 DATABASE = "file:bench-topology?mode=memory&cache=shared"  # every thread sees the tables
-THROTTLE = "django_throttle.middleware.ThrottleMiddleware"
-TEMPLATES = [{"BACKEND": "django.template.backends.django.DjangoTemplates", "APP_DIRS": True}]
 
 N_CLIENTS = 1000
 RATES = ((10**6, "hour"), (10**5, "minute"), (10**7, "day"), (10**4, "second"), (10**9, "day"))
@@ -116,12 +109,9 @@ urlpatterns: list[Any] = []  # this module is the ROOT_URLCONF; filled in by url
 
 
 def urls() -> None:
-    from django.http import HttpResponse
     from django.urls import path
 
-    def plain(request: Any) -> HttpResponse:
-        return HttpResponse("ok")
-
+    plain = harness.plain_view()
     urlpatterns[:] = [path(p.strip("/") + "/", plain) for p, _, _ in PATH_RULES]
 
 
@@ -360,7 +350,7 @@ def throughput(stores: dict[str, Any], seconds: float, slices: int) -> list[tupl
 # -- key spread -------------------------------------------------------------------------------
 
 
-def spread(cluster: ClusterHarness, store: Any) -> tuple[list[tuple[str, ...]], float]:
+def spread(cluster: Cluster, store: Any) -> tuple[list[tuple[str, ...]], float]:
     """Keys per master after SPREAD_CLIENTS clients decided once each; and max / mean."""
     cluster.flushall()
     install(store)
@@ -375,84 +365,6 @@ def spread(cluster: ClusterHarness, store: Any) -> tuple[list[tuple[str, ...]], 
 
 
 # -- faults under load ------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class Answer:
-    path: str
-    client: str
-    sent: float  # seconds since the load started
-    received: float
-    status: int  # -1: no response (an exception reached the client thread)
-    retry_after: bool
-
-
-def environ(path: str, address: str) -> dict[str, Any]:
-    from django.test import RequestFactory
-
-    return RequestFactory().get(path, REMOTE_ADDR=address).environ
-
-
-def get(app: Any, env: dict[str, Any]) -> tuple[int, bool]:
-    """One request through the WSGI handler: (status, whether it has Retry-After)."""
-    response = app(dict(env), lambda status, headers, exc_info=None: None)
-    try:
-        return response.status_code, response.has_header("Retry-After")
-    finally:
-        response.close()
-
-
-class Load:
-    """LOAD_THREADS threads sending requests through ``app``, each in turn to /open/ and
-    /closed/ over LOAD_CLIENTS addresses, until the block ends."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-        addresses = harness.addresses(LOAD_CLIENTS, prefix="198.19")
-        self.envs = [(p, a, environ(p, a)) for a in addresses for p in (OPEN, CLOSED)]
-        self.answers: list[Answer] = []
-        self.errors: list[BaseException] = []
-        self.lock = threading.Lock()
-        self.stop = threading.Event()
-        self.t0 = time.perf_counter()
-        self.threads = [
-            threading.Thread(target=self.worker, args=(k,)) for k in range(LOAD_THREADS)
-        ]
-
-    def now(self) -> float:
-        return time.perf_counter() - self.t0
-
-    def at(self, offset: float) -> float:
-        time.sleep(max(0.0, offset - self.now()))
-        return self.now()
-
-    def worker(self, k: int) -> None:
-        mine: list[Answer] = []
-        i = k * len(self.envs) // LOAD_THREADS
-        while not self.stop.is_set():
-            path, address, env = self.envs[i % len(self.envs)]
-            i += 1
-            sent, status, retry = self.now(), -1, False
-            try:
-                status, retry = get(self.app, env)
-            except Exception as exc:  # what the handler let through: reported
-                self.errors.append(exc)
-            mine.append(Answer(path, address, sent, self.now(), status, retry))
-            time.sleep(LOAD_PAUSE)
-        with self.lock:
-            self.answers.extend(mine)
-
-    def __enter__(self) -> Load:
-        self.t0 = time.perf_counter()
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join(30)
-        self.answers.sort(key=lambda a: a.sent)
 
 
 class Captured(logging.Handler):
@@ -494,7 +406,7 @@ class Fault:
 @dataclass
 class FaultRun:
     fault: Fault
-    answers: list[Answer]
+    answers: list[harness.Answer]
     errors: list[BaseException]
     fault_at: float
     reachable_at: float
@@ -519,10 +431,12 @@ def run_fault(fault: Fault, before: float, after: float, exact_client: str) -> F
     # The settings' change rebuilds the store and the rule cache (django_throttle's receiver).
     with override_settings(**overrides), captured_logs() as logs:
         app = WSGIHandler()
-        warm = [get(app, environ(p, "192.0.2.1"))[0] for p in (OPEN, CLOSED)]
+        warm = [harness.get(app, harness.environ(p, "192.0.2.1"))[0] for p in (OPEN, CLOSED)]
         if warm != [200, 200]:  # the rules are loaded, the script too
             raise RuntimeError(f"{fault.name}: warm-up answered {warm}")
-        with Load(app) as load:
+        addresses = harness.addresses(LOAD_CLIENTS, prefix="198.19")
+        requests = [(p, a, harness.environ(p, a)) for a in addresses for p in (OPEN, CLOSED)]
+        with harness.Load(app, requests, LOAD_THREADS, LOAD_PAUSE) as load:
             fault_at = load.at(before)
             note = fault.act()
             reachable_at = load.now()
@@ -530,7 +444,7 @@ def run_fault(fault: Fault, before: float, after: float, exact_client: str) -> F
                 fault.settle()
             settled_at = load.now()
             end_at = load.at(settled_at + after)
-        exact = [get(app, environ(EXACT, exact_client))[0] for _ in range(6)]
+        exact = [harness.get(app, harness.environ(EXACT, exact_client))[0] for _ in range(6)]
     return FaultRun(
         fault,
         load.answers,
@@ -559,10 +473,9 @@ def wait_demoted(port: int, timeout: float = 30.0) -> None:
     raise TimeoutError(f"the old master :{port} was not demoted within {timeout} s")
 
 
-def faults(cluster: ClusterHarness, before: float, after: float) -> list[FaultRun]:
+def faults(cluster: Cluster, before: float, after: float) -> list[FaultRun]:
     from django_throttle.keyspace import client_tag
     from django_throttle.store.cluster import slot_of_tag
-    from tests.redis_topology import ReplicatedRedis, SentinelGroup, TcpProxy
 
     runs = []
     with ReplicatedRedis() as pair, TcpProxy(pair.primary.port) as proxy:
@@ -621,7 +534,7 @@ def faults(cluster: ClusterHarness, before: float, after: float) -> list[FaultRu
     return runs
 
 
-def statuses(answers: Sequence[Answer]) -> str:
+def statuses(answers: Sequence[harness.Answer]) -> str:
     counts = Counter("none" if a.status < 0 else str(a.status) for a in answers)
     return ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) or "-"
 
@@ -757,26 +670,15 @@ def main() -> int:
     busy, slices = (1.0, 2) if args.quick else (3.0, 6)
     before, after = (1.0, 2.0) if args.quick else (2.0, 5.0)
     signal.signal(signal.SIGTERM, lambda signum, _: sys.exit(128 + signum))  # run the finally
-    sys.path.insert(0, str(REPO))  # tests.redis_topology
-    from tests.redis_topology import ClusterHarness, ReplicatedRedis
-
     started = time.monotonic()
     failures: list[str] = []
     stores: dict[str, Any] = {}
     with contextlib.ExitStack() as stack:
         single = stack.enter_context(harness.RedisServer())
-        cluster = stack.enter_context(ClusterHarness())
+        cluster = stack.enter_context(Cluster())
         pair = stack.enter_context(ReplicatedRedis())
         stack.callback(close_stores, stores)  # first: before the servers stop
-        harness.configure_django(
-            single.url,
-            apps=["django_throttle"],
-            migrate=True,
-            database=DATABASE,
-            ROOT_URLCONF=__name__,
-            MIDDLEWARE=[THROTTLE],
-            TEMPLATES=TEMPLATES,
-        )
+        harness.configure_throttled(single.url, __name__, DATABASE)
         urls()
         create_rules()
         harness.print_machine("django-redis")
