@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Protocol
 
 from .conf import conf
-from .runtime import Runtime, runtime
+from .runtime import Runtime, current
 
 if TYPE_CHECKING:
     from prometheus_client import Counter
@@ -197,11 +197,11 @@ class _Switch:
 
     @property
     def on(self) -> bool:
-        return runtime().part(Metrics).on
+        return current.runtime.part(Metrics).on
 
     @on.setter
     def on(self, value: bool) -> None:
-        runtime().part(Metrics).on = value
+        current.runtime.part(Metrics).on = value
 
 
 switch = _Switch()
@@ -217,13 +217,13 @@ def client_installed() -> bool:
 
 
 def _recording() -> Instruments | None:
-    part = runtime().part(Metrics)
+    part = current.runtime.part(Metrics)
     return part.instruments if part.on else None
 
 
 def _failure() -> None:
     # A full disk under PROMETHEUS_MULTIPROC_DIR, say: said once, and the request goes on.
-    part = runtime().part(Metrics)
+    part = current.runtime.part(Metrics)
     if not part.failed:
         part.failed = True
         logger.exception("django_throttle: a metric could not be recorded")

@@ -27,7 +27,7 @@ from redis.exceptions import ConnectionError
 from ..compiled import CompiledRule, compile_rule, with_overrides
 from ..conf import conf
 from ..models import Override, Rule
-from ..runtime import runtime
+from ..runtime import current, runtime
 from ..store import get_store
 from ..store.fallback import breaker, node_open
 from .ruleset import RuleSet
@@ -460,7 +460,7 @@ def rule_cache() -> RuleCache:
 
 def get_rules() -> RuleSet:
     """The rules in force in this process."""
-    return runtime().part(RuleCache).get()
+    return current.runtime.part(RuleCache).get()
 
 
 def clients_reset(state_keys: Iterable[str] = (), announce: bool = True) -> None:
