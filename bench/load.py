@@ -1,19 +1,4 @@
-"""Load test of the example project under gunicorn while Redis is killed or hung, then back.
-
-    .venv/bin/python bench/load.py [--fault kill|stop|none]    # about 30 s
-
-Run from the repository root (``pip install -r bench/requirements.txt`` for gunicorn). On
-loopback only: its own redis-server and a fresh SQLite database in a temporary directory;
-``BLOCK_CACHE`` off; two rules, ``/api/`` (fail-open, a per-client limit keyed on
-``X-Client``, sliding log so the count is exact) and ``^/items/\\d+/$`` (fail-closed, a limit nobody reaches: 200 while
-Redis is up, 503 while it is down); ``example_project.wsgi`` under gunicorn (gthread); client
-threads, half on keep-alive connections, half on a new connection per request, every 5th
-request to the fail-closed path. Phases: *before* (Redis up), *outage* (``kill``: SIGKILL,
-then a new empty server on the same port; ``stop``: SIGSTOP, then SIGCONT with its data;
-``none``: a control run), *after*. Prints per phase and path the statuses and latency, the
-requests admitted per client, the recovery of the fail-closed path, and the checks that must
-hold (exit 1 if one fails). Every process it starts is stopped in a ``finally``.
-"""
+"""The example project under gunicorn while Redis is killed or hung (docs/benchmarks.md, "Load")."""
 
 from __future__ import annotations
 
@@ -34,6 +19,8 @@ from harness import HOST
 
 BREAKER_INTERVAL = 2.0
 INTERVAL, CLOSED_EVERY, HANG_MS = 0.05, 5, 1000.0
+CLIENTS, WORKERS, THREADS = 16, 3, 4  # client threads; gunicorn processes x gthread threads
+LIMIT, MAX_REQUESTS = 20, 15_000  # per client and minute on /api/; a hard cap on the run
 
 # BLOCK_CACHE off: the checks count what Redis and the local fallback decide; the block cache
 # would answer a client over its limit from memory for the rest of its window, outage or not.
@@ -200,12 +187,8 @@ def report(
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--fault", choices=("kill", "stop", "none"), default="kill")
-    p.add_argument("--clients", type=int, default=16, help="client threads (16)")
-    p.add_argument("--workers", type=int, default=3, help="gunicorn processes (3)")
-    p.add_argument("--threads", type=int, default=4, help="threads per worker (4)")
-    p.add_argument("--limit", type=int, default=20, help="per-client limit per minute (20)")
     p.add_argument(
         "--phases",
         type=float,
@@ -215,7 +198,6 @@ def main() -> int:
         help="seconds before, during and after the outage (8 7 8; the breaker's "
         "interval is added to the last)",
     )
-    p.add_argument("--max-requests", type=int, default=15_000, help="hard cap (15000)")
     args = p.parse_args()
     before, outage, after = args.phases
     if before + outage + after + BREAKER_INTERVAL > 50:
@@ -233,18 +215,14 @@ def main() -> int:
         )
         env = harness.project_env(workdir, "bench_load_settings", redis.url)
         harness.manage(env, "migrate", "--noinput")
-        harness.manage(env, "shell", "-c", RULES.format(limit=args.limit))
-        server = harness.Gunicorn(env, workdir / "gunicorn.log", args.workers, args.threads)
+        harness.manage(env, "shell", "-c", RULES.format(limit=LIMIT))
+        server = harness.Gunicorn(env, workdir / "gunicorn.log", WORKERS, THREADS)
         server.start()
-        for i in range(args.workers * 6):  # every worker loads its rules before the clock starts
+        for i in range(WORKERS * 6):  # every worker loads its rules before the clock starts
             harness.http_get(server.port, "/api/items/" if i % 2 else "/items/1/")
         t0 = time.perf_counter()
-        load = Load(
-            server.port, args.clients, args.max_requests, t0, t0 + before + outage + after + 15
-        )
-        threads = [
-            threading.Thread(target=client_loop, args=(load, c)) for c in range(args.clients)
-        ]
+        load = Load(server.port, CLIENTS, MAX_REQUESTS, t0, t0 + before + outage + after + 15)
+        threads = [threading.Thread(target=client_loop, args=(load, c)) for c in range(CLIENTS)]
         for t in threads:
             t.start()
 
@@ -265,12 +243,12 @@ def main() -> int:
         server.stop()
         tracebacks = (workdir / "gunicorn.log").read_text(errors="replace").count("Traceback")
         print(
-            f"\nfault: {args.fault}; {args.clients} clients (one request per {INTERVAL * 1000:g} ms "
-            f"each, half on keep-alive), gunicorn {args.workers} x {args.threads} gthread; "
+            f"\nfault: {args.fault}; {CLIENTS} clients (one request per {INTERVAL * 1000:g} ms "
+            f"each, half on keep-alive), gunicorn {WORKERS} x {THREADS} gthread; "
             f"{len(load.samples)} requests; down at {down_at:.1f} s, back at {back_at:.1f} s, end "
             f"{end_at:.1f} s; tracebacks in the server log: {tracebacks}"
         )
-        failures = report(load, bounds, args.fault, args.limit, args.workers)
+        failures = report(load, bounds, args.fault, LIMIT, WORKERS)
         return 1 if failures or tracebacks else 0
     finally:
         if load is not None:

@@ -1,52 +1,5 @@
-"""Decisions on one redis-server, a primary with a replica and a Redis Cluster; failovers.
-
-    .venv/bin/python bench/topology.py [--quick] [--only latency|throughput|spread|faults]
-
-Run from the repository root (about 90 s; ``--quick`` about 40 s). The topologies come from
-bench/topologies.py: a six-node cluster (3 masters, a replica each, node timeout 1 s), a primary
-and its replica (behind a TCP proxy for a fault), a Sentinel group. Every process is real, on
-loopback, and stopped on the way out. Django runs in this process (SQLite in memory, one
-database shared by its threads), the rules are rows in the database, and every decision goes
-through the public API: ``check()``, or ``ThrottleMiddleware`` in Django's WSGIHandler.
-
-- latency: ``check(request, scope)``, a fresh request per call from 1000 clients, with 1, 3 and
-  5 fixed-window rules keyed on the client address (one slot: one EVALSHA), and 3 rules keyed
-  on three identities (the address, an ``X-Client`` header, a ``key`` parameter: three slots,
-  so on the cluster one EVALSHA per slot, sent to their masters at once); on one redis-server,
-  on a primary with a replica (a cluster master has one: each write is sent on to it, which
-  the single node does not pay) and on the cluster (``CLUSTER_URL``); beside a raw redis-py
-  EVALSHA of ``return 1`` to the single node, the reference of the ratios, and the same to
-  the cluster's masters in turn (with every server on one CPU, going from one server process
-  to another costs time of its own, which masters on machines of their own do not). This
-  process and every redis-server (replicas too) on CPU 0 (``taskset -a -p -c 0``: with their
-  background threads); cases interleaved in blocks of 50 calls. The topologies are measured side by side
-  in this one process: their stores are built once as ``get_store()`` builds them
-  (``store._build()``, under ``override_settings`` with the primary as the cache, and with
-  ``CLUSTER_URL``), and each case installs its own where ``get_store()`` keeps it
-  (``django_throttle.store._store``) in the untimed preparation of each call, so ``check()``
-  itself is untouched and timed whole. (Switching the settings per block would rebuild the
-  store, reconnect and read the cluster's slot map every 50 calls.)
-- throughput: 8 threads calling ``check()`` for 3 s per case (0.5 s slices, the cases taking
-  turns); nothing pinned.
-- spread: 10,000 client addresses decided once each on the emptied cluster under one rule;
-  DBSIZE of each master, the mean and max / mean (the target: at most 1.15x).
-- faults: ``ThrottleMiddleware`` in Django's WSGIHandler, 4 threads each sending a request
-  every 2 ms, in turn to /open/ (a fail-open rule) and /closed/ (a fail-closed one), from 256
-  client addresses, under limits nobody reaches; TIMEOUT and CONNECT_TIMEOUT 0.1 s,
-  BREAKER_INTERVAL 1 s. After 2 s: (a) ``switchover()`` of a primary and its replica, then
-  the TCP proxy in front of them switched to the new primary (the cache's LOCATION is the
-  proxy); (b) Sentinel's ``failover()`` (the cache through the Sentinels): the old master
-  takes writes until Sentinel demotes it (its INFO period: up to 10 s later), so the load
-  goes on until then; (c) ``kill_master()`` on the cluster (``CLUSTER_URL``). The load goes
-  on 5 s after a writable primary is reachable (switch done, ``failover()`` or
-  ``kill_master()`` returned; for Sentinel, after the demotion). *recovery*: from that moment
-  to the first 200 on /closed/ sent after it; *503 window*: from the first 503 sent to the
-  last received. Then /exact/ (5 per hour, fixed window, fail-closed) 6 times from a new
-  client: limiting is exact again if that gives 5 x 200, then 429.
-
-Exits 1 if a check fails (a 5xx other than a fail-closed 503, a 503 on the fail-open path or
-without Retry-After, no recovery, inexact limiting, a spread over the target).
-"""
+"""Decisions on one node, a primary with a replica and a cluster; failovers (docs/benchmarks.md,
+"Production topologies")."""
 
 from __future__ import annotations
 
@@ -661,7 +614,7 @@ def fault_notes(run: FaultRun) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="a short run, for a smoke check")
     parser.add_argument("--only", choices=SECTIONS, help="run this part alone")
     args = parser.parse_args()
