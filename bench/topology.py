@@ -492,12 +492,8 @@ def statuses(answers: Sequence[harness.Answer]) -> str:
     return ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) or "-"
 
 
-def seconds(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
-
-
-def summary(run: FaultRun) -> tuple[tuple[str, ...], tuple[str, ...], list[str]]:
-    """A fault's row of each table, and the checks that failed."""
+def summary(run: FaultRun) -> tuple[tuple[str, ...], list[str]]:
+    """A fault's row of the table, and the checks that failed."""
     name, answers = run.fault.name, run.answers
     closed = [a for a in answers if a.path == CLOSED]
     opened = [a for a in answers if a.path == OPEN]
@@ -505,28 +501,17 @@ def summary(run: FaultRun) -> tuple[tuple[str, ...], tuple[str, ...], list[str]]
     open_503 = [a for a in opened if a.status == 503]
     unavailable = [a for a in closed if a.status == 503]
     bare = [a for a in unavailable if not a.retry_after]
-    ms = sorted((a.received - a.sent) * 1000 for a in answers)
-    answers_row = (
+    recovered = next((a for a in closed if a.sent >= run.reachable_at and a.status == 200), None)
+    recovery = None if recovered is None else recovered.received - run.reachable_at
+    window = unavailable[-1].received - unavailable[0].sent if unavailable else 0.0
+    exact = run.exact == [200] * 5 + [429]
+    row = (
         name,
         str(len(answers)),
         statuses(opened),
         statuses(closed),
         str(len(bad)),
         str(len(bare)),
-        *(f"{x:.1f}" for x in (harness.median(ms), harness.p99(ms), ms[-1])),
-    )
-    recovered = next((a for a in closed if a.sent >= run.reachable_at and a.status == 200), None)
-    recovery = None if recovered is None else recovered.received - run.reachable_at
-    window = unavailable[-1].received - unavailable[0].sent if unavailable else 0.0
-    exact = run.exact == [200] * 5 + [429]
-    first_503 = unavailable[0].sent - run.fault_at if unavailable else None
-    last_503 = unavailable[-1].received - run.fault_at if unavailable else None
-    timing_row = (
-        name,
-        seconds(run.reachable_at - run.fault_at),
-        seconds(run.settled_at - run.fault_at if run.fault.settle else None),
-        seconds(first_503),
-        seconds(last_503),
         f"{window:.2f}",
         "never" if recovery is None else f"{recovery:.2f}",
         "yes" if exact else "no: " + " ".join(map(str, run.exact)),
@@ -542,54 +527,32 @@ def summary(run: FaultRun) -> tuple[tuple[str, ...], tuple[str, ...], list[str]]
         failures.append(f"{name}: no 200 on {CLOSED} after the primary was reachable")
     if not exact:
         failures.append(f"{name}: {EXACT} answered {run.exact}, not 5 x 200 then 429")
-    return answers_row, timing_row, failures
+    return row, failures
 
 
 def report_faults(runs: list[FaultRun]) -> list[str]:
-    """Print the tables; return the checks that failed."""
+    """Print the table and the notes; return the checks that failed."""
     summaries = [summary(run) for run in runs]
-    print("\n## Faults under load: answers (latency seen by the client thread)\n")
-    harness.table(
-        (
-            "fault",
-            "requests",
-            f"{OPEN} (fail-open)",
-            f"{CLOSED} (fail-closed)",
-            "5xx not 503",
-            "503 no Retry-After",
-            "p50 ms",
-            "p99 ms",
-            "max ms",
-        ),
-        [answers for answers, _, _ in summaries],
-    )
-    print("\n## Faults under load: timing (seconds from the start of the fault)\n")
-    harness.table(
-        (
-            "fault",
-            "writable",
-            "old master demoted",
-            "first 503 sent",
-            "last 503 received",
-            "503 window s",
-            "recovery s",
-            f"exact after ({EXACT})",
-        ),
-        [timing for _, timing, _ in summaries],
-    )
+    print("\n## Faults under load\n")
+    header = ("fault", "requests", f"{OPEN} (fail-open)", f"{CLOSED} (fail-closed)", "500s")
+    header += ("503 without Retry-After", "503 window s", "recovery s", f"exact after ({EXACT})")
+    harness.table(header, [row for row, _ in summaries])
     print()
     for run in runs:
         print(f"- {run.fault.name}: {fault_notes(run)}")
-    return [failure for _, _, failures in summaries for failure in failures]
+    return [failure for _, failures in summaries for failure in failures]
 
 
 def fault_notes(run: FaultRun) -> str:
     """What happened, from the fault's own note, the load and the captured log."""
     opened = sum(r.getMessage().startswith(UNAVAILABLE_LOG) for r in run.logs)
     notes = [
-        f"{run.note}; load {run.end_at:.1f} s, fault at {run.fault_at:.1f} s",
+        f"{run.note}; load {run.end_at:.1f} s, fault at {run.fault_at:.1f} s, writable "
+        f"{run.reachable_at - run.fault_at:.2f} s after it",
         f"breaker opened {opened} time{'s' * (opened != 1)}",
     ]
+    if run.fault.settle is not None:
+        notes.append(f"old master demoted {run.settled_at - run.fault_at:.2f} s after the fault")
     if run.fault.victims:
         unavailable = [a for a in run.answers if a.path == CLOSED and a.status == 503]
         others = sum(a.client not in run.fault.victims for a in unavailable)
