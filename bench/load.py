@@ -105,9 +105,7 @@ def client_loop(load: Load, client: int) -> None:
         load.samples.extend(local)
 
 
-def report(
-    load: Load, bounds: dict[str, tuple[float, float]], fault: str, limit: int, workers: int
-) -> list[str]:
+def report(load: Load, bounds: dict[str, tuple[float, float]], fault: str) -> list[str]:
     """Print the tables; return the checks that failed."""
     rows, admitted, failures = [], {}, []
     count_503, count_200 = {}, {}
@@ -149,7 +147,7 @@ def report(
     harness.table(
         ("phase", "path", "requests", "statuses", "unexpected", "p50 ms", "p99 ms", "max ms"), rows
     )
-    print(f"\n## Admitted per client on /api/ (limit {limit}/minute)\n")
+    print(f"\n## Admitted per client on /api/ (limit {LIMIT}/minute)\n")
     half, joined = load.clients // 2, " ".join
     rows = [
         (p, joined(map(str, v[:half])), joined(map(str, v[half:]))) for p, v in admitted.items()
@@ -158,9 +156,9 @@ def report(
 
     # Killed: the new server is empty, a fresh window. Hung or up: the log of the first phase
     # is still there, within the minute: nothing more. While down, at most one limit per worker.
-    want, slack = (limit if fault == "kill" else 0), (0 if fault == "none" else workers * limit)
-    if set(admitted["before"]) != {limit}:
-        failures.append(f"before: admitted {admitted['before']}, not {limit} each")
+    want, slack = (LIMIT if fault == "kill" else 0), (0 if fault == "none" else WORKERS * LIMIT)
+    if set(admitted["before"]) != {LIMIT}:
+        failures.append(f"before: admitted {admitted['before']}, not {LIMIT} each")
     if max(admitted["outage"]) > slack:
         failures.append(f"outage: admitted {admitted['outage']}, more than {slack}")
     if not all(want <= n <= want + slack for n in admitted["after"]):
@@ -248,7 +246,7 @@ def main() -> int:
             f"{len(load.samples)} requests; down at {down_at:.1f} s, back at {back_at:.1f} s, end "
             f"{end_at:.1f} s; tracebacks in the server log: {tracebacks}"
         )
-        failures = report(load, bounds, args.fault, LIMIT, WORKERS)
+        failures = report(load, bounds, args.fault)
         return 1 if failures or tracebacks else 0
     finally:
         if load is not None:
