@@ -1,23 +1,4 @@
-"""ThrottleMiddleware under ASGI beside WSGI: the time it adds to a request, against a raw EVALSHA.
-
-    .venv/bin/python bench/asgi.py [--quick] [--async-view] [--algorithm ALGORITHM]
-
-Run from the repository root. Django runs in this process, pinned to CPU 0 beside its own
-redis-server (``taskset -c 0``), with one ``*`` rule (a sliding window counter of 10^9 an
-hour, so every request is admitted) in Redis. Interleaved call by call: a raw redis-py EVALSHA
-of ``return 1`` (the reference of the ratios) and the same through redis.asyncio; the same GET
-through Django's ``WSGIHandler`` and through its ``ASGIHandler``, each without the middleware
-(the baseline) and with ``ThrottleMiddleware``. The ASGI app is driven directly on one event
-loop kept for the whole run: an HTTP scope, a ``receive`` that gives the request and then
-waits, a ``send`` that keeps the messages (each request is one ``run_until_complete``, with
-or without the middleware alike). The view is a plain sync view, as in bench/e2e.py;
-``--async-view`` makes it a coroutine (which WSGI runs through async_to_sync). The added time
-is the difference of medians to the baseline of the same handler, also as a ratio to the raw
-EVALSHA. Beside them, the floor of that added time under each handler: a middleware that makes
-one EVALSHA of ``return 1`` per request and nothing else (redis-py under WSGI, redis.asyncio
-awaited on the loop under ASGI). Last, INFO commandstats counts the EVALSHA calls per request
-with the middleware.
-"""
+"""ThrottleMiddleware under ASGI beside WSGI (docs/benchmarks.md, "The middleware end to end")."""
 
 from __future__ import annotations
 
@@ -39,15 +20,9 @@ urlpatterns: list[Any] = []  # this module is the ROOT_URLCONF; filled in by url
 
 
 def urls() -> None:
-    from django.http import HttpResponse
     from django.urls import path
 
-    plain = harness.plain_view()
-
-    async def aplain(request: Any) -> HttpResponse:
-        return HttpResponse("ok")
-
-    urlpatterns[:] = [path("p/", plain, name="plain"), path("a/", aplain, name="aplain")]
+    urlpatterns[:] = [path("p/", harness.plain_view(), name="plain")]
 
 
 def middleware(throttled: bool, extra: str | None = None) -> None:
@@ -173,19 +148,17 @@ def evalsha_per_request(url: str, case: Case, n: int = 20) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="3 rounds x 500 requests")
-    parser.add_argument("--async-view", action="store_true", help="an async view")
-    parser.add_argument("--algorithm", default="sliding_window_counter", help="the rule's")
     args = parser.parse_args()
     rounds, per_round = (3, 500) if args.quick else (7, 2000)
-    path = "/a/" if args.async_view else "/p/"
+    path = "/p/"
     with harness.RedisServer(cpu=harness.CPU) as server:
         harness.pin_client(harness.CPU)  # before the loop and any thread: they inherit CPU 0
         harness.configure_site(server.url, __name__, database=DATABASE)
         urls()
         e2e.floor_calls(server.url)
-        harness.create_rules([("*", args.algorithm, 10**9, "hour")])
+        harness.create_rules([("*", "sliding_window_counter", 10**9, "hour")])
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
         cases = [
@@ -204,10 +177,9 @@ def main() -> None:
             per_request = {c.name[:4]: evalsha_per_request(server.url, c) for c in cases[3:6:2]}
         finally:
             loop.close()
-    view = "an async" if args.async_view else "a sync"
     print(
-        f"\n## Middleware per request under WSGI and ASGI, one `*` rule ({args.algorithm}) "
-        f"in Redis, {view} view ({rounds} x {per_round} each)\n"
+        "\n## Middleware per request under WSGI and ASGI, one `*` rule (sliding_window_counter) "
+        f"in Redis, a sync view ({rounds} x {per_round} each)\n"
     )
     raw = cases[0].median_us
     base = {"WSGI": cases[2].median_us, "ASGI": cases[4].median_us}

@@ -1,19 +1,4 @@
-"""One client flooding a `delay` rule, and an unthrottled path of the same gunicorn worker.
-
-    .venv/bin/python bench/blast_delay.py [--seconds 8] [--flood 8] [--threads 4]   # about 45 s
-
-Run from the repository root (``pip install -r bench/requirements.txt`` for gunicorn). On
-loopback only: its own redis-server and a fresh SQLite database in a temporary directory; one
-rule, ``/api/``, a leaky bucket of 2 per second with ``burst=20`` and ``action=delay`` (a
-request waits its turn, up to 10 s); ``example_project.wsgi`` under gunicorn, one worker of
-``--threads`` threads (gthread). One client floods ``/api/items/`` from ``--flood`` connections
-(each sends its next request once answered) while a probe asks for ``/items/1/`` (no rule)
-every 100 ms. On a server started for each run: with the former defaults (``MAX_DELAYED``
-10, no cap per client: set through DJANGO_THROTTLE), with today's, and, for scale, the same
-flood on a path no rule covers (what the flood costs the worker by itself). Prints per run the
-probe's latency (median, max) and the flood's statuses. Every process it starts is stopped in
-a ``finally``.
-"""
+"""An unthrottled path while one client floods a delay rule (docs/bounds.md, "Delayed requests")."""
 
 from __future__ import annotations
 
@@ -34,6 +19,7 @@ import harness
 from redis import Redis
 
 PROBE_EVERY = 0.1
+THREADS, FLOOD = 4, 8  # the gunicorn worker's threads; the flooding client's connections
 
 SETTINGS = """from example_project.settings import *  # noqa: F403
 
@@ -97,10 +83,8 @@ def run_once(
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--seconds", type=float, default=8.0, help="flood per run (8)")
-    p.add_argument("--flood", type=int, default=8, help="the client's connections (8)")
-    p.add_argument("--threads", type=int, default=4, help="gunicorn threads (4)")
     args = p.parse_args()
     signal.signal(signal.SIGTERM, lambda signum, _: sys.exit(128 + signum))  # run the finally
     workdir = Path(tempfile.mkdtemp(prefix="bench-blast-delay-"))
@@ -119,9 +103,7 @@ def main() -> int:
             with Redis.from_url(redis.url) as client:
                 for key in client.keys("thr:*{*}"):  # the bucket starts empty
                     client.delete(key)
-            latencies, statuses = run_once(
-                workdir, env, args.threads, args.flood, args.seconds, path
-            )
+            latencies, statuses = run_once(workdir, env, THREADS, FLOOD, args.seconds, path)
             rows.append(
                 (
                     name,
@@ -134,8 +116,8 @@ def main() -> int:
                 )
             )
         print(
-            f"\n## One client flooding a delay rule ({args.flood} connections, {args.seconds:g} s), "
-            f"gunicorn 1 x {args.threads} gthread; probe: /items/1/ (no rule) every "
+            f"\n## One client flooding a delay rule ({FLOOD} connections, {args.seconds:g} s), "
+            f"gunicorn 1 x {THREADS} gthread; probe: /items/1/ (no rule) every "
             f"{PROBE_EVERY * 1000:g} ms\n"
         )
         harness.table(

@@ -1,28 +1,5 @@
-"""The sliding log's server time per decision, at 10k, 100k and 320k entries.
-
-    .venv/bin/python bench/blast_log.py [--against FILE] [--sizes 10000,100000,320000]
-
-Run from the repository root. One run starts its own redis-server (pinned with ``taskset -c
-0``) and pins itself to the same CPU. For each size M, a log of a rule of 1,000,000 a day is
-written straight into Redis in decide.lua's state format (pipelined ZADDs of 10,000 members:
-no round trip per entry), then decide.lua is called with the package's KEYS and ARGV:
-
-- rejected, cost M - 1: M - 1 live entries of one unit and the newest of the units left to the
-  limit; a request of M - 1 units needs every entry but the newest to expire (its
-  Retry-After: the log's whole length walked, before the bound);
-- admitted, cost 1: the same log with 1,000 units to spare;
-- admitted, M dead: M expired entries, every tenth of 5 units (their extra units still in the
-  tally), and 1,000 live ones; the first call after they expired, which gives their units
-  back (at most BATCHES x STEP of them a call: the most a decision reads).
-
-The time is the server's: ``INFO commandstats`` (``cmdstat_evalsha`` usec / calls), reset with
-``CONFIG RESETSTAT`` before each round; the median of 5 rounds (fewer once a version has spent 2
-s on the case) is printed. A round of the first two cases repeats the call (they write nothing
-that changes the next call's work) up to 100 times or 0.3 s; one of the third is one call on a
-log built anew. ``--against FILE``: another decide.lua with the same KEYS and ARGV (today's before the
-bound: ``git show 0054cb7:django_throttle/store/lua/decide.lua > /tmp/old.lua``), timed on the
-same logs, one more column.
-"""
+"""The sliding log's server time per decision at 10k to 320k entries (docs/bounds.md, "The sliding
+log's work per decision")."""
 
 from __future__ import annotations
 
@@ -112,7 +89,7 @@ def rounds(
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--against", help="another decide.lua to time beside the package's")
     parser.add_argument("--sizes", default="10000,100000,320000", help="log sizes, comma-separated")
     args = parser.parse_args()

@@ -1,28 +1,5 @@
-"""What the size of the rule table costs: per request, at load, at a reset, at import.
-
-    .venv/bin/python bench/blast_rules.py [--rules 10000] [--requests 2000]
-
-Run from the repository root. One process, pinned to CPU 0 beside its own redis-server
-(``taskset -c 0``), SQLite in a temporary file. A table of ``--rules`` rules (a tenth regex
-scopes, half path prefixes, a fifth of them limited to POST, the rest scope names) is
-imported with ``throttle_import`` from a JSON file: fresh, again unchanged, and with
-``--dry-run``. Then:
-
-- the compile time of the whole table (``load_rules()``, from the database), and of a
-  reload after one rule changed;
-- the middleware's cost per request (Django's WSGIHandler, a plain view, the median of
-  ``--requests`` requests per table, the tables taking turns in blocks of 50 after 100
-  untimed) with 10 rules, with the whole table, and with the whole table but its regexes
-  written as prefixes (what the table costs apart from its regexes); the path is matched by
-  the same prefix rule and regex rule in each;
-- with each of the two big tables: the first request of a process (the first load), and the
-  slowest request of 4 threads serving from half a ``RULES_REFRESH`` (1 s here) before to
-  2 x ``RULES_REFRESH`` after a reset in another process, a reset in this process, and a
-  rule changed in another process (the other process is set up before, so only its reset or
-  change falls in the window); and the longest pause of the garbage collector meanwhile.
-
-Takes about a minute.
-"""
+"""What the size of the rule table costs (docs/bounds.md, "Resets and rule changes", "Rules at
+scale")."""
 
 from __future__ import annotations
 
@@ -184,7 +161,7 @@ def elsewhere(what: str, database: str, url: str) -> Any:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rules", type=int, default=10_000)
     parser.add_argument("--requests", type=int, default=2000)
     options = parser.parse_args()

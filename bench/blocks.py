@@ -1,16 +1,4 @@
-"""What a flood from one rejected client costs Redis, with the block cache and without.
-
-    .venv/bin/python bench/blocks.py [--requests 10000]
-
-Run from the repository root. Django's WSGI handler with ThrottleMiddleware runs in this
-process, pinned to CPU 0 beside its own redis-server (``taskset -c 0``). One client sends
-``--requests`` requests in a row to a path whose rule admits 10 per hour (so all but the
-first 10 are rejected until the hour ends), then as many to a rule of 10 per second (a
-rejection period of under a second, several windows in the run). Printed per setting
-(BLOCK_CACHE on, off): decisions the process sent to Redis (its store's calls, counted in
-the process), the rule's windows the flood spanned (by the server's clock), decisions per
-window beyond the admitted ones, and the median time of a rejected request.
-"""
+"""What a flood from one rejected client costs Redis (docs/benchmarks.md, "Block cache")."""
 
 from __future__ import annotations
 
@@ -72,7 +60,7 @@ def flood(app: Any, path: str, requests: int) -> tuple[int, list[float], float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--requests", type=int, default=10_000)
     options = parser.parse_args()
     with harness.RedisServer(cpu=harness.CPU) as server:

@@ -1,28 +1,5 @@
-"""One Redis Cluster master out of memory under load: which clients are still decided in Redis.
-
-    .venv/bin/python bench/cluster_faults.py [--seconds 15] [--fault oom|pause|kill]
-
-Run from the repository root (about 10 s plus ``--seconds``). A six-node cluster from
-bench/topologies.py (three masters, a replica each; node timeout 60 s here, so no
-replica is promoted during the fault and the fault stays on its master), Django in this
-process (SQLite in memory), ``ThrottleMiddleware`` in Django's WSGIHandler, ``CLUSTER_URL``
-set, ``TIMEOUT`` and ``CONNECT_TIMEOUT`` 0.1 s, ``BREAKER_INTERVAL`` 2 s. One fail-closed rule
-(fixed window, a limit per client nobody reaches) on /closed/. 4 threads send a request every
-2 ms each, in turn from 256 client addresses. After 1 s of load, one master is made sick:
-
-- oom: ``maxmemory-policy noeviction``, ``maxmemory`` just above what it uses, then filled
-  with 100 KB values until a write answers OOM (then its limit a megabyte under what it
-  holds, so its own buffers never let a write through): every write answers OOM;
-- pause: SIGSTOP (resumed at the end);
-- kill: SIGKILL (started again at the end).
-
-The load goes on for ``--seconds``. Printed: for the clients of the sick master and of the
-healthy ones, requests sent during the fault and their answers (all should be 200 on the
-healthy masters: nobody reaches the limit), how many took ``TIMEOUT`` or longer, and the
-slowest; then the median time of one decision on the
-healthy cluster, for a request of one slot group and of three, through the breakers
-(``engine.flow.decide``) and by the store alone.
-"""
+"""One sick Redis Cluster master under load (docs/bounds.md, "Faults on a Redis Cluster stay with
+their master")."""
 
 from __future__ import annotations
 
@@ -143,7 +120,7 @@ def decide_cost(cluster: Any) -> list[tuple[str, str]]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--fault", choices=("oom", "pause", "kill"), default="oom")
     args = parser.parse_args()

@@ -1,22 +1,5 @@
-"""The admin dashboard's response time with 1,000,000 rejection rows.
-
-    .venv/bin/python bench/dashboard.py [--rows N] [--rules R] [--postgres] [--repeat K]
-
-Run from the repository root. Fills ``django_throttle_rejection`` (SQLite in a temporary
-file, or with ``--postgres`` a database ``throttle_bench`` created on the PostgreSQL of
-``PGHOST``/``PGPORT``/``PGUSER``, default 127.0.0.1:5432 as postgres, and dropped at the end)
-with N rows as the rejection log keeps them under a flood that never stops: every period
-holds as many clients by name as the log keeps (``NAMED_PER_PERIOD``, ``NAMED_PER_RULE``),
-and each rule its ``(other clients)`` row; minutes for the last hour, quarter hours for the
-last day, two hours before that (``recording.LEVELS``), going back as far as N rows reach,
-over R rules (default 3: about a year). The clients recur from period to period, as attackers do,
-so the top clients are a real ranking.
-
-Then it times the dashboard through the real admin view (Django's test client, a logged-in
-superuser; the page renders its template and first collects the counts waiting in Redis,
-from the bench's own redis-server): the last hour, day and week, for all rules and for one,
-K times each (default 5) after one warm-up; and one ``compact()`` pass over the full table.
-"""
+"""The dashboard with 1,000,000 rejection rows (docs/benchmarks.md, "The dashboard with 1,000,000
+rejection rows")."""
 
 from __future__ import annotations
 
@@ -280,7 +263,7 @@ def time_views(repeat: int, user_exists: bool = False) -> list[tuple[str, ...]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--rules", type=int, default=3)
     parser.add_argument("--postgres", action="store_true", help="PostgreSQL instead of SQLite")

@@ -1,18 +1,4 @@
-"""End-to-end cost of ThrottleMiddleware per request, against a raw EVALSHA.
-
-    .venv/bin/python bench/e2e.py [--quick] [--memory]
-
-Run from the repository root. Django's WSGI handler runs in this process, pinned to CPU 0
-beside its own redis-server (``taskset -c 0``). Interleaved call by call: a raw redis-py
-EVALSHA of ``return 1``; a request through Django without the middleware (the baseline); the
-same with ThrottleMiddleware and 1 matching rule, and 5 (``*``, a path prefix, a regex, the
-URL name and the view's ``@throttle`` scope). The added time is the difference of medians to
-the baseline, also as a ratio to the raw EVALSHA. Beside them, the floor of that added time:
-Django with a middleware that makes one raw EVALSHA of ``return 1`` per request and nothing else,
-and one running the minimal INCRBY+PEXPIRE fixed window of bench/engine.py on the client's key
-(what one round trip, and one rule's Redis commands, add to a request inside Django).
-``--memory`` decides in process memory instead: the middleware's Python alone.
-"""
+"""ThrottleMiddleware's cost per request (docs/benchmarks.md, "The middleware end to end")."""
 
 from __future__ import annotations
 
@@ -86,7 +72,7 @@ def floor_calls(url: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="3 rounds x 500 requests")
     parser.add_argument("--memory", action="store_true", help="decide in process memory")
     args = parser.parse_args()

@@ -1,17 +1,4 @@
-"""django_throttle beside its peers: latency per decision, Redis memory per key, a race.
-
-    bench/run [--quick] [--no-race]       # or: .venv/bin/python bench/engine.py [...]
-
-Run from the repository root. One run starts its own redis-server (pinned with ``taskset -c
-0``) and pins itself to the same CPU, then:
-
-- latency: ``django_throttle.check(request, scope)`` with rules in the database (1, 3 and 5
-  fixed-window rules; one rule of each algorithm), a raw redis-py EVALSHA of ``return 1``,
-  limits (FixedWindow, 1 and 3 limits), django-ratelimit (1 and 3) and DRF's AnonRateThrottle,
-  interleaved call by call; medians, p99 and each median's ratio to the raw EVALSHA's;
-- memory: ``MEMORY USAGE`` of what 100 admits of one client leave in Redis;
-- race: 8 processes at once on one client under a limit of 50/hour, admitted counted.
-"""
+"""django_throttle beside its peers: latency, memory, a race (docs/benchmarks.md, "Engine")."""
 
 from __future__ import annotations
 
@@ -31,6 +18,7 @@ PEERS = ("django-ratelimit", "djangorestframework", "limits")
 RATES = ((10_000, "hour"), (1_000, "minute"), (100_000, "day"), (100, "second"), (10**6, "day"))
 PEER_RATES = ("10000/hour", "1000/minute", "100000/day")
 MEMORY_ADMITS = 100
+TIME_LIMIT = 290  # seconds: the run aborts after them
 RACE_PROCS, RACE_ATTEMPTS, RACE_LIMIT = 8, 40, 50
 
 
@@ -343,15 +331,14 @@ def race(url: str) -> list[tuple[str, str, str]]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="2 rounds x 300 calls, 200 clients")
     parser.add_argument("--no-race", action="store_true", help="skip the 8-process race")
-    parser.add_argument("--time-limit", type=int, default=290, help="abort after this (s)")
     args = parser.parse_args()
     rounds, per_round, clients = (2, 300, 200) if args.quick else (5, 2000, 1000)
     signal.signal(signal.SIGALRM, lambda *_: sys.exit("aborted: past --time-limit"))
     signal.signal(signal.SIGTERM, lambda signum, _: sys.exit(128 + signum))
-    signal.alarm(args.time_limit)
+    signal.alarm(TIME_LIMIT)
     started = time.monotonic()
     with harness.RedisServer(cpu=harness.CPU) as server:
         harness.pin_client(harness.CPU)

@@ -1,9 +1,4 @@
-"""What the benchmarks share: a redis-server, Django, requests, gunicorn, timing, tables, machine.
-
-The benchmarks are scripts run from the repository root (``.venv/bin/python bench/e2e.py``);
-Python puts bench/ on ``sys.path``, so they ``import harness``. The package comes from the
-virtualenv (``pip install -e .``); nothing here imports ``tests``.
-"""
+"""What the benchmarks share: redis-server, Django, requests, gunicorn, timing, tables, machine."""
 
 from __future__ import annotations
 

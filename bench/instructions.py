@@ -1,16 +1,5 @@
-"""The Python around a decision, counted in CPU instructions: no other process disturbs them.
-
-    bench/instructions.py [--rules N] [--middleware]        # prints instructions per call
-
-Run from the repository root. Runs this process under valgrind (callgrind, with
-``PYTHONMALLOC=malloc``) twice, making 500 and then 2,500 calls to ``check(request, scope)`` on
-N fixed-window rules in Redis (``--middleware``: requests through Django's WSGI handler with
-ThrottleMiddleware and N ``*`` rules; ``--rules 0``: without the middleware), each a fresh
-request (built in the counted process: a check() includes making its HttpRequest), all
-admitted; the instructions of a call are the difference over 2,000. Only this process is counted, not redis-server: what is
-left is our Python, redis-py's and Django's. ``PYTHONPATH=<another checkout>`` counts another
-version of the package the same way, for a before and after.
-"""
+"""The Python around a decision in CPU instructions (docs/benchmarks.md, "The Python around a
+decision, in instructions")."""
 
 from __future__ import annotations
 
@@ -62,7 +51,7 @@ def counted(n: int, rules: int, middleware: bool) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rules", type=int, default=1)
     parser.add_argument("--middleware", action="store_true")
     parser.add_argument("--calls", type=int, help=argparse.SUPPRESS)  # the counted child

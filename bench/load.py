@@ -1,19 +1,4 @@
-"""Load test of the example project under gunicorn while Redis is killed or hung, then back.
-
-    .venv/bin/python bench/load.py [--fault kill|stop|none]    # about 30 s
-
-Run from the repository root (``pip install -r bench/requirements.txt`` for gunicorn). On
-loopback only: its own redis-server and a fresh SQLite database in a temporary directory;
-``BLOCK_CACHE`` off; two rules, ``/api/`` (fail-open, a per-client limit keyed on
-``X-Client``, sliding log so the count is exact) and ``^/items/\\d+/$`` (fail-closed, a limit nobody reaches: 200 while
-Redis is up, 503 while it is down); ``example_project.wsgi`` under gunicorn (gthread); client
-threads, half on keep-alive connections, half on a new connection per request, every 5th
-request to the fail-closed path. Phases: *before* (Redis up), *outage* (``kill``: SIGKILL,
-then a new empty server on the same port; ``stop``: SIGSTOP, then SIGCONT with its data;
-``none``: a control run), *after*. Prints per phase and path the statuses and latency, the
-requests admitted per client, the recovery of the fail-closed path, and the checks that must
-hold (exit 1 if one fails). Every process it starts is stopped in a ``finally``.
-"""
+"""The example project under gunicorn while Redis is killed or hung (docs/benchmarks.md, "Load")."""
 
 from __future__ import annotations
 
@@ -34,6 +19,8 @@ from harness import HOST
 
 BREAKER_INTERVAL = 2.0
 INTERVAL, CLOSED_EVERY, HANG_MS = 0.05, 5, 1000.0
+CLIENTS, WORKERS, THREADS = 16, 3, 4  # client threads; gunicorn processes x gthread threads
+LIMIT, MAX_REQUESTS = 20, 15_000  # per client and minute on /api/; a hard cap on the run
 
 # BLOCK_CACHE off: the checks count what Redis and the local fallback decide; the block cache
 # would answer a client over its limit from memory for the rest of its window, outage or not.
@@ -118,9 +105,7 @@ def client_loop(load: Load, client: int) -> None:
         load.samples.extend(local)
 
 
-def report(
-    load: Load, bounds: dict[str, tuple[float, float]], fault: str, limit: int, workers: int
-) -> list[str]:
+def report(load: Load, bounds: dict[str, tuple[float, float]], fault: str) -> list[str]:
     """Print the tables; return the checks that failed."""
     rows, admitted, failures = [], {}, []
     count_503, count_200 = {}, {}
@@ -162,7 +147,7 @@ def report(
     harness.table(
         ("phase", "path", "requests", "statuses", "unexpected", "p50 ms", "p99 ms", "max ms"), rows
     )
-    print(f"\n## Admitted per client on /api/ (limit {limit}/minute)\n")
+    print(f"\n## Admitted per client on /api/ (limit {LIMIT}/minute)\n")
     half, joined = load.clients // 2, " ".join
     rows = [
         (p, joined(map(str, v[:half])), joined(map(str, v[half:]))) for p, v in admitted.items()
@@ -171,9 +156,9 @@ def report(
 
     # Killed: the new server is empty, a fresh window. Hung or up: the log of the first phase
     # is still there, within the minute: nothing more. While down, at most one limit per worker.
-    want, slack = (limit if fault == "kill" else 0), (0 if fault == "none" else workers * limit)
-    if set(admitted["before"]) != {limit}:
-        failures.append(f"before: admitted {admitted['before']}, not {limit} each")
+    want, slack = (LIMIT if fault == "kill" else 0), (0 if fault == "none" else WORKERS * LIMIT)
+    if set(admitted["before"]) != {LIMIT}:
+        failures.append(f"before: admitted {admitted['before']}, not {LIMIT} each")
     if max(admitted["outage"]) > slack:
         failures.append(f"outage: admitted {admitted['outage']}, more than {slack}")
     if not all(want <= n <= want + slack for n in admitted["after"]):
@@ -200,12 +185,8 @@ def report(
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--fault", choices=("kill", "stop", "none"), default="kill")
-    p.add_argument("--clients", type=int, default=16, help="client threads (16)")
-    p.add_argument("--workers", type=int, default=3, help="gunicorn processes (3)")
-    p.add_argument("--threads", type=int, default=4, help="threads per worker (4)")
-    p.add_argument("--limit", type=int, default=20, help="per-client limit per minute (20)")
     p.add_argument(
         "--phases",
         type=float,
@@ -215,7 +196,6 @@ def main() -> int:
         help="seconds before, during and after the outage (8 7 8; the breaker's "
         "interval is added to the last)",
     )
-    p.add_argument("--max-requests", type=int, default=15_000, help="hard cap (15000)")
     args = p.parse_args()
     before, outage, after = args.phases
     if before + outage + after + BREAKER_INTERVAL > 50:
@@ -233,18 +213,14 @@ def main() -> int:
         )
         env = harness.project_env(workdir, "bench_load_settings", redis.url)
         harness.manage(env, "migrate", "--noinput")
-        harness.manage(env, "shell", "-c", RULES.format(limit=args.limit))
-        server = harness.Gunicorn(env, workdir / "gunicorn.log", args.workers, args.threads)
+        harness.manage(env, "shell", "-c", RULES.format(limit=LIMIT))
+        server = harness.Gunicorn(env, workdir / "gunicorn.log", WORKERS, THREADS)
         server.start()
-        for i in range(args.workers * 6):  # every worker loads its rules before the clock starts
+        for i in range(WORKERS * 6):  # every worker loads its rules before the clock starts
             harness.http_get(server.port, "/api/items/" if i % 2 else "/items/1/")
         t0 = time.perf_counter()
-        load = Load(
-            server.port, args.clients, args.max_requests, t0, t0 + before + outage + after + 15
-        )
-        threads = [
-            threading.Thread(target=client_loop, args=(load, c)) for c in range(args.clients)
-        ]
+        load = Load(server.port, CLIENTS, MAX_REQUESTS, t0, t0 + before + outage + after + 15)
+        threads = [threading.Thread(target=client_loop, args=(load, c)) for c in range(CLIENTS)]
         for t in threads:
             t.start()
 
@@ -265,12 +241,12 @@ def main() -> int:
         server.stop()
         tracebacks = (workdir / "gunicorn.log").read_text(errors="replace").count("Traceback")
         print(
-            f"\nfault: {args.fault}; {args.clients} clients (one request per {INTERVAL * 1000:g} ms "
-            f"each, half on keep-alive), gunicorn {args.workers} x {args.threads} gthread; "
+            f"\nfault: {args.fault}; {CLIENTS} clients (one request per {INTERVAL * 1000:g} ms "
+            f"each, half on keep-alive), gunicorn {WORKERS} x {THREADS} gthread; "
             f"{len(load.samples)} requests; down at {down_at:.1f} s, back at {back_at:.1f} s, end "
             f"{end_at:.1f} s; tracebacks in the server log: {tracebacks}"
         )
-        failures = report(load, bounds, args.fault, args.limit, args.workers)
+        failures = report(load, bounds, args.fault)
         return 1 if failures or tracebacks else 0
     finally:
         if load is not None:

@@ -1,22 +1,4 @@
-"""What the Prometheus metrics add to a request through ThrottleMiddleware.
-
-    .venv/bin/python bench/metrics.py [--quick] [--memory] [--only on|off N]
-
-Run from the repository root, with prometheus_client installed (the ``prometheus`` extra).
-Django's WSGI handler runs in this process, pinned to CPU 0 beside its own redis-server
-(``taskset -c 0``), with one ``*`` rule (sliding window counter) in Redis. Interleaved in
-blocks of 50 requests: Django without the middleware (the baseline), the middleware with
-METRICS off, and with METRICS on. Between blocks the metrics switch is flipped directly, as a
-change of ``DJANGO_THROTTLE["METRICS"]`` would flip it, without the store and the rules being
-rebuilt for every block. Medians and p99 per case, the time each adds to the baseline, and
-what the metrics add: the difference of the medians, on minus off. Then the hooks alone, in a
-loop (best of 5 x 100,000 calls): what a request pays for them on a quiet CPU. ``--memory``
-decides in process memory instead: no network wait, so less noise around the same hooks.
-
-``--only on N`` (or ``off``) sends N requests, metrics on (or off), and prints nothing: run
-under ``valgrind --tool=callgrind`` for a count of instructions that no other process on the
-machine can disturb (docs/benchmarks.md has the loop).
-"""
+"""What the Prometheus metrics add to a request (docs/benchmarks.md, "Metrics on and off")."""
 
 from __future__ import annotations
 
@@ -74,7 +56,7 @@ def hook_costs() -> list[tuple[str, str]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="3 rounds x 500 requests")
     parser.add_argument("--memory", action="store_true", help="decide in process memory")
     parser.add_argument(

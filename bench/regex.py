@@ -1,14 +1,5 @@
-"""What a hostile path costs a regular-expression scope: the scope's RE2 matcher against
-Python's ``re`` (a backtracking engine), on paths of 28, 255, 1,024 and 8,192 characters.
-
-    .venv/bin/python bench/regex.py [--cap SECONDS]
-
-Run from the repository root. Each pattern is timed on a path built to make a backtracking
-engine try every way (a long run of what it repeats, then a character that fails the match).
-Python's ``re`` runs in a child process stopped after ``--cap`` seconds (1 by default); once a
-length hits the cap, longer ones are not tried. Then one RE2 set of N regex scopes (a rule set's
-regex rules) against trying N matchers one by one. Prints figures; asserts nothing.
-"""
+"""A hostile path against a regex scope, RE2 beside Python's re (docs/bounds.md, "Regular-expression
+scopes")."""
 
 from __future__ import annotations
 
@@ -125,7 +116,7 @@ def sets() -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--cap", type=float, default=1.0, help="seconds given to Python's re")
     args = parser.parse_args()
     from django.conf import settings

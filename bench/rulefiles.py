@@ -1,13 +1,4 @@
-"""What reading a rule file costs throttle_import: hostile files (each refused) and 10,000
-well-formed rules, in time and peak memory (tracemalloc, a separate run from the timing).
-
-    .venv/bin/python bench/rulefiles.py [--slow]
-
-Run from the repository root; needs PyYAML. Only the reading is timed (parse(): bytes to
-checked data), not the database. ``--slow`` adds a file of MAX_VALUES + 1 values (the slowest to refuse) and the
-10,000 rules read by PyYAML's pure Python parser (an install without libyaml) and by
-yaml.safe_load, what the import used before (each about ten seconds).
-"""
+"""What reading a rule file costs throttle_import (docs/bounds.md, "Rule files")."""
 
 from __future__ import annotations
 

@@ -1,44 +1,5 @@
-"""decide.lua at the floor: its server time per check beside minimal scripts of the same commands.
-
-    .venv/bin/python bench/script.py [--quick] [--rounds N] [--median] [--against FILE]
-        [--instructions]
-
-Run from the repository root. One run starts its own redis-server (pinned with ``taskset -c
-0``) and pins itself to the same CPU. For each algorithm, these EVALSHA calls take turns, a
-chunk of calls each, round after round:
-
-- decide.lua with 1, 3 and 5 checks of that algorithm (different rules, one client), called
-  with exactly the KEYS and ARGV the package builds (``script_input`` of compiled rules);
-- a minimal hand-written script that makes, for one check, the Redis commands decide.lua
-  makes on that algorithm's admitted path, with only the arithmetic its writes need (MINIMAL
-  below);
-- and, once for all, ``return 1``.
-
-Every call is admitted (limits of 10^9 an hour; the buckets: 1,000 an hour with a burst of
-10^9, so that they do not drain between calls). The calls go round 1,000 clients (``--quick``:
-200), each client's state written once before timing starts, so every call finds a state.
-The time of a case is the server's: ``INFO commandstats`` (``cmdstat_evalsha`` usec / calls),
-reset with ``CONFIG RESETSTAT`` before each chunk of calls and summed over the rounds
-(``--rounds N``: N rounds instead of 5; ``--median``: the median over the rounds of each
-round's time per call instead, which a round slowed by another process on the CPU does not
-move).
-
-Printed: per algorithm, decide.lua's µs per call with 1, 3 and 5 checks, the minimal script's,
-their ratio (target: at most 1.3x) and the cost of each extra check, (t5 - t1) / 4 (target: at
-most the minimal script's); then, as a check on the bench itself, the Redis commands per call
-that decide.lua (1 check) and the minimal script make, and the shape of the state each leaves:
-a difference means MINIMAL no longer matches decide.lua and needs updating.
-
-``--against FILE``: another version of decide.lua (same KEYS and ARGV), timed with 1 check in
-the same turns as the package's, for a change whose effect is smaller than the difference
-between two runs on a shared machine; printed as one more table.
-
-``--instructions``: instead of the time, the CPU instructions of each EVALSHA, counted by
-valgrind's callgrind in a redis-server run under it (``apt-get install valgrind``), over 300
-calls per case after its warm-up: the same for every run, whatever else the machine does
-(the time's ratios follow the instructions' on this workload, the commands' memory accesses
-aside).
-"""
+"""decide.lua's server time per check beside minimal scripts (docs/benchmarks.md, "decide.lua beside
+a minimal script")."""
 
 from __future__ import annotations
 
@@ -46,7 +7,6 @@ import argparse
 import glob
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import time
@@ -65,7 +25,6 @@ BUCKET_RATE = 1000
 BUCKETS = ("token_bucket", "leaky_bucket")
 CHECKS = (1, 3, 5)
 RATIO_TARGET = 1.3
-MEDIAN = False  # --median: a case's time is its median round's
 UNIT = "µs"  # --instructions: "Ir", instructions per call
 ALGORITHMS = (  # in the order of issue 14
     "fixed_window",
@@ -198,12 +157,9 @@ class Case:
     calls: int = 0
     commands: Counter[str] = field(default_factory=Counter)
     rules: list[Any] = field(default_factory=list)
-    per_round: list[float] = field(default_factory=list)  # µs per call in each round
 
     @property
     def us(self) -> float:
-        if MEDIAN and self.per_round:
-            return statistics.median(self.per_round)
         return self.usec / self.calls
 
     def per_call(self) -> str:
@@ -301,7 +257,6 @@ def measure(client: Any, cases: list[Case], rounds: int, per_round: int) -> None
             )
             assert not failed, f"{case.name}: {failed} failed calls ({stats})"
             case.usec += evalsha["usec"]
-            case.per_round.append(evalsha["usec"] / evalsha["calls"])
             case.calls += evalsha["calls"]
             for name, s in stats.items():
                 command = name.removeprefix("cmdstat_")
@@ -380,23 +335,17 @@ def shape(client: Any, key: str) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument(
         "--quick", action="store_true", help="2 rounds x 1000 calls per case, 200 clients"
     )
-    parser.add_argument("--rounds", type=int, help="rounds of calls per case (default 5)")
     parser.add_argument(
         "--instructions", action="store_true", help="CPU instructions per call (callgrind)"
-    )
-    parser.add_argument(
-        "--median", action="store_true", help="each case's median round, not all rounds summed"
     )
     parser.add_argument("--against", help="another decide.lua to time beside the package's")
     args = parser.parse_args()
     rounds, per_round, n_clients = (2, 1000, 200) if args.quick else (5, 4000, 1000)
-    rounds = args.rounds or rounds
-    global MEDIAN, UNIT
-    MEDIAN = args.median
+    global UNIT
     if args.instructions:
         UNIT, n_clients = "Ir", 300
     started = time.monotonic()
@@ -433,7 +382,7 @@ def main() -> int:
         else:
             how = (
                 f"server time per call ({rounds} x {per_round} calls per case, {n_clients} "
-                f"clients, INFO commandstats{', median round' if MEDIAN else ''})"
+                f"clients, INFO commandstats)"
             )
         print(f"\n## decide.lua beside a minimal script, {how}\n", flush=True)
         if isinstance(server, CallgrindServer):

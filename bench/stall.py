@@ -1,14 +1,4 @@
-"""How many decisions that timed out on a hung Redis are counted when it resumes.
-
-    .venv/bin/python bench/stall.py [--runs 5] [--stall 7] [--interval 2.0]
-
-Run from the repository root. One process, its own redis-server, one fail-closed rule of a
-sliding log with a limit nobody reaches, so Redis keeps one entry per counted request. A
-client thread calls ``check()`` every 20 ms: 2 s with Redis up, ``--stall`` seconds with the
-server stopped (SIGSTOP), 2 s after SIGCONT. Each request that timed out had sent its
-EVALSHA; the server runs it when it resumes. Printed per run: requests admitted (by Redis),
-answered unavailable, and the entries in Redis; extra = entries - admitted.
-"""
+"""Decisions counted after a hung Redis resumes (docs/benchmarks.md, "Production topologies")."""
 
 from __future__ import annotations
 
@@ -21,6 +11,7 @@ import harness
 
 SCOPE = "stall"
 EVERY = 0.02
+BREAKER_INTERVAL = 2.0
 
 
 def run_once(server: harness.RedisServer, stall: float) -> tuple[int, int, int]:
@@ -74,10 +65,9 @@ def _entries(server: harness.RedisServer) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--stall", type=float, default=7.0)
-    parser.add_argument("--interval", type=float, default=2.0, help="BREAKER_INTERVAL")
     options = parser.parse_args()
     with harness.RedisServer() as server:
         harness.configure_django(
@@ -87,7 +77,7 @@ def main() -> None:
             DJANGO_THROTTLE={
                 "TIMEOUT": 0.1,
                 "CONNECT_TIMEOUT": 0.1,
-                "BREAKER_INTERVAL": options.interval,
+                "BREAKER_INTERVAL": BREAKER_INTERVAL,
             },
         )
         from django_throttle.models import Rule
@@ -101,7 +91,7 @@ def main() -> None:
             fail_mode="closed",
         )
         harness.print_machine()
-        print(f"\nstall {options.stall:g} s, BREAKER_INTERVAL {options.interval:g} s, one process")
+        print(f"\nstall {options.stall:g} s, BREAKER_INTERVAL {BREAKER_INTERVAL:g} s, one process")
         rows = []
         for n in range(1, options.runs + 1):
             admitted, unavailable, entries = run_once(server, options.stall)

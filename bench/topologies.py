@@ -1,8 +1,4 @@
-"""The Redis topologies bench/topology.py and bench/cluster_faults.py run on, started here.
-
-A primary with a replica, a Sentinel group, a six-node cluster and a switchable TCP proxy: real
-processes on loopback (harness.RedisServer), each closed by its ``close()`` or ``with`` block.
-"""
+"""The Redis topologies bench/topology.py and bench/cluster_faults.py run on."""
 
 from __future__ import annotations
 

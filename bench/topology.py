@@ -1,52 +1,5 @@
-"""Decisions on one redis-server, a primary with a replica and a Redis Cluster; failovers.
-
-    .venv/bin/python bench/topology.py [--quick] [--only latency|throughput|spread|faults]
-
-Run from the repository root (about 90 s; ``--quick`` about 40 s). The topologies come from
-bench/topologies.py: a six-node cluster (3 masters, a replica each, node timeout 1 s), a primary
-and its replica (behind a TCP proxy for a fault), a Sentinel group. Every process is real, on
-loopback, and stopped on the way out. Django runs in this process (SQLite in memory, one
-database shared by its threads), the rules are rows in the database, and every decision goes
-through the public API: ``check()``, or ``ThrottleMiddleware`` in Django's WSGIHandler.
-
-- latency: ``check(request, scope)``, a fresh request per call from 1000 clients, with 1, 3 and
-  5 fixed-window rules keyed on the client address (one slot: one EVALSHA), and 3 rules keyed
-  on three identities (the address, an ``X-Client`` header, a ``key`` parameter: three slots,
-  so on the cluster one EVALSHA per slot, sent to their masters at once); on one redis-server,
-  on a primary with a replica (a cluster master has one: each write is sent on to it, which
-  the single node does not pay) and on the cluster (``CLUSTER_URL``); beside a raw redis-py
-  EVALSHA of ``return 1`` to the single node, the reference of the ratios, and the same to
-  the cluster's masters in turn (with every server on one CPU, going from one server process
-  to another costs time of its own, which masters on machines of their own do not). This
-  process and every redis-server (replicas too) on CPU 0 (``taskset -a -p -c 0``: with their
-  background threads); cases interleaved in blocks of 50 calls. The topologies are measured side by side
-  in this one process: their stores are built once as ``get_store()`` builds them
-  (``store._build()``, under ``override_settings`` with the primary as the cache, and with
-  ``CLUSTER_URL``), and each case installs its own where ``get_store()`` keeps it
-  (``django_throttle.store._store``) in the untimed preparation of each call, so ``check()``
-  itself is untouched and timed whole. (Switching the settings per block would rebuild the
-  store, reconnect and read the cluster's slot map every 50 calls.)
-- throughput: 8 threads calling ``check()`` for 3 s per case (0.5 s slices, the cases taking
-  turns); nothing pinned.
-- spread: 10,000 client addresses decided once each on the emptied cluster under one rule;
-  DBSIZE of each master, the mean and max / mean (the target: at most 1.15x).
-- faults: ``ThrottleMiddleware`` in Django's WSGIHandler, 4 threads each sending a request
-  every 2 ms, in turn to /open/ (a fail-open rule) and /closed/ (a fail-closed one), from 256
-  client addresses, under limits nobody reaches; TIMEOUT and CONNECT_TIMEOUT 0.1 s,
-  BREAKER_INTERVAL 1 s. After 2 s: (a) ``switchover()`` of a primary and its replica, then
-  the TCP proxy in front of them switched to the new primary (the cache's LOCATION is the
-  proxy); (b) Sentinel's ``failover()`` (the cache through the Sentinels): the old master
-  takes writes until Sentinel demotes it (its INFO period: up to 10 s later), so the load
-  goes on until then; (c) ``kill_master()`` on the cluster (``CLUSTER_URL``). The load goes
-  on 5 s after a writable primary is reachable (switch done, ``failover()`` or
-  ``kill_master()`` returned; for Sentinel, after the demotion). *recovery*: from that moment
-  to the first 200 on /closed/ sent after it; *503 window*: from the first 503 sent to the
-  last received. Then /exact/ (5 per hour, fixed window, fail-closed) 6 times from a new
-  client: limiting is exact again if that gives 5 x 200, then 429.
-
-Exits 1 if a check fails (a 5xx other than a fail-closed 503, a 503 on the fail-open path or
-without Retry-After, no recovery, inexact limiting, a spread over the target).
-"""
+"""Decisions on one node, a primary with a replica and a cluster; failovers (docs/benchmarks.md,
+"Production topologies")."""
 
 from __future__ import annotations
 
@@ -539,12 +492,8 @@ def statuses(answers: Sequence[harness.Answer]) -> str:
     return ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) or "-"
 
 
-def seconds(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
-
-
-def summary(run: FaultRun) -> tuple[tuple[str, ...], tuple[str, ...], list[str]]:
-    """A fault's row of each table, and the checks that failed."""
+def summary(run: FaultRun) -> tuple[tuple[str, ...], list[str]]:
+    """A fault's row of the table, and the checks that failed."""
     name, answers = run.fault.name, run.answers
     closed = [a for a in answers if a.path == CLOSED]
     opened = [a for a in answers if a.path == OPEN]
@@ -552,28 +501,17 @@ def summary(run: FaultRun) -> tuple[tuple[str, ...], tuple[str, ...], list[str]]
     open_503 = [a for a in opened if a.status == 503]
     unavailable = [a for a in closed if a.status == 503]
     bare = [a for a in unavailable if not a.retry_after]
-    ms = sorted((a.received - a.sent) * 1000 for a in answers)
-    answers_row = (
+    recovered = next((a for a in closed if a.sent >= run.reachable_at and a.status == 200), None)
+    recovery = None if recovered is None else recovered.received - run.reachable_at
+    window = unavailable[-1].received - unavailable[0].sent if unavailable else 0.0
+    exact = run.exact == [200] * 5 + [429]
+    row = (
         name,
         str(len(answers)),
         statuses(opened),
         statuses(closed),
         str(len(bad)),
         str(len(bare)),
-        *(f"{x:.1f}" for x in (harness.median(ms), harness.p99(ms), ms[-1])),
-    )
-    recovered = next((a for a in closed if a.sent >= run.reachable_at and a.status == 200), None)
-    recovery = None if recovered is None else recovered.received - run.reachable_at
-    window = unavailable[-1].received - unavailable[0].sent if unavailable else 0.0
-    exact = run.exact == [200] * 5 + [429]
-    first_503 = unavailable[0].sent - run.fault_at if unavailable else None
-    last_503 = unavailable[-1].received - run.fault_at if unavailable else None
-    timing_row = (
-        name,
-        seconds(run.reachable_at - run.fault_at),
-        seconds(run.settled_at - run.fault_at if run.fault.settle else None),
-        seconds(first_503),
-        seconds(last_503),
         f"{window:.2f}",
         "never" if recovery is None else f"{recovery:.2f}",
         "yes" if exact else "no: " + " ".join(map(str, run.exact)),
@@ -589,54 +527,32 @@ def summary(run: FaultRun) -> tuple[tuple[str, ...], tuple[str, ...], list[str]]
         failures.append(f"{name}: no 200 on {CLOSED} after the primary was reachable")
     if not exact:
         failures.append(f"{name}: {EXACT} answered {run.exact}, not 5 x 200 then 429")
-    return answers_row, timing_row, failures
+    return row, failures
 
 
 def report_faults(runs: list[FaultRun]) -> list[str]:
-    """Print the tables; return the checks that failed."""
+    """Print the table and the notes; return the checks that failed."""
     summaries = [summary(run) for run in runs]
-    print("\n## Faults under load: answers (latency seen by the client thread)\n")
-    harness.table(
-        (
-            "fault",
-            "requests",
-            f"{OPEN} (fail-open)",
-            f"{CLOSED} (fail-closed)",
-            "5xx not 503",
-            "503 no Retry-After",
-            "p50 ms",
-            "p99 ms",
-            "max ms",
-        ),
-        [answers for answers, _, _ in summaries],
-    )
-    print("\n## Faults under load: timing (seconds from the start of the fault)\n")
-    harness.table(
-        (
-            "fault",
-            "writable",
-            "old master demoted",
-            "first 503 sent",
-            "last 503 received",
-            "503 window s",
-            "recovery s",
-            f"exact after ({EXACT})",
-        ),
-        [timing for _, timing, _ in summaries],
-    )
+    print("\n## Faults under load\n")
+    header = ("fault", "requests", f"{OPEN} (fail-open)", f"{CLOSED} (fail-closed)", "500s")
+    header += ("503 without Retry-After", "503 window s", "recovery s", f"exact after ({EXACT})")
+    harness.table(header, [row for row, _ in summaries])
     print()
     for run in runs:
         print(f"- {run.fault.name}: {fault_notes(run)}")
-    return [failure for _, _, failures in summaries for failure in failures]
+    return [failure for _, failures in summaries for failure in failures]
 
 
 def fault_notes(run: FaultRun) -> str:
     """What happened, from the fault's own note, the load and the captured log."""
     opened = sum(r.getMessage().startswith(UNAVAILABLE_LOG) for r in run.logs)
     notes = [
-        f"{run.note}; load {run.end_at:.1f} s, fault at {run.fault_at:.1f} s",
+        f"{run.note}; load {run.end_at:.1f} s, fault at {run.fault_at:.1f} s, writable "
+        f"{run.reachable_at - run.fault_at:.2f} s after it",
         f"breaker opened {opened} time{'s' * (opened != 1)}",
     ]
+    if run.fault.settle is not None:
+        notes.append(f"old master demoted {run.settled_at - run.fault_at:.2f} s after the fault")
     if run.fault.victims:
         unavailable = [a for a in run.answers if a.path == CLOSED and a.status == 503]
         others = sum(a.client not in run.fault.victims for a in unavailable)
@@ -661,7 +577,7 @@ def fault_notes(run: FaultRun) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="a short run, for a smoke check")
     parser.add_argument("--only", choices=SECTIONS, help="run this part alone")
     args = parser.parse_args()
