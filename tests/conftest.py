@@ -40,7 +40,6 @@ def redis_server() -> RedisServer:
 @pytest.fixture(autouse=True)
 def _clean_state(redis_server: RedisServer) -> Iterator[None]:
     """Each test starts with an empty Redis and no cached rules or connections."""
-    from django_throttle.engine import flow
     from django_throttle.recording import rejection_log
     from django_throttle.rules import reset_rule_cache
     from django_throttle.runtime import replace_runtime
@@ -58,7 +57,6 @@ def _clean_state(redis_server: RedisServer) -> Iterator[None]:
     reset_rule_cache()
     reset_store()
     rejection_log.discard()  # no rejection counted by another test is flushed into this one
-    flow._key_errors_logged.clear()
     yield
     replace_runtime(handover=False)
     reset_rule_cache()
