@@ -81,7 +81,7 @@ def sick(cluster: Any, port: int, fault: str) -> Iterator[None]:
 
 def decide_cost(cluster: Any) -> list[tuple[str, str]]:
     from django_throttle.compiled import build_rule
-    from django_throttle.engine import flow
+    from django_throttle.engine import deciding
     from django_throttle.store import Check, get_store
 
     rules = [
@@ -101,7 +101,7 @@ def decide_cost(cluster: Any) -> list[tuple[str, str]]:
     store = get_store()
     timed = {}
     for name, checks in cases.items():
-        timed[name, "through the breakers"] = (lambda c: lambda: flow.decide(c))(checks)
+        timed[name, "through the breakers"] = (lambda c: lambda: deciding.decide(c))(checks)
         timed[name, "the store alone"] = (lambda c: lambda: store.decide(c))(checks)
     samples: dict[tuple[str, str], list[int]] = {key: [] for key in timed}
     for op in timed.values():
@@ -186,7 +186,7 @@ def main() -> int:
         if args.fault == "kill":
             cluster.wait_steady(replicas=True)
         print(
-            "\n## One decision on the healthy cluster: flow.decide() (the breakers, the fail "
+            "\n## One decision on the healthy cluster: deciding.decide() (the breakers, the fail "
             "modes) and the store's decide() alone (medians of 4000, µs)\n"
         )
         harness.table(("request", "path", "µs"), decide_cost(cluster))

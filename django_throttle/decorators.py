@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 from asgiref.sync import iscoroutinefunction
 
 from .choices import ALGORITHMS_WITH_BURST, CODE_KEY_KINDS, Algorithm, KeyKind
+from .costs import valid_cost
 from .engine import (
     SPECS_ATTR,
     aenforce,
@@ -17,7 +18,7 @@ from .engine import (
     finish,
     release_leases,
     serving,
-    state_of,
+    under_middleware,
 )
 from .rates import parse_rate
 from .rules import DefaultRule, ScopeSpec, register
@@ -56,8 +57,8 @@ def throttle(
         )
     if burst is not None and algorithm not in ALGORITHMS_WITH_BURST:
         raise ValueError("@throttle burst= needs algorithm token_bucket or leaky_bucket.")
-    if not callable(cost) and (not isinstance(cost, int) or cost < 1):
-        raise ValueError("@throttle cost= must be a positive int or a function of the request.")
+    if not callable(cost):
+        cost = valid_cost(cost)  # a function's result is made usable per request: clamped_cost
     default = DefaultRule(scope, parsed, key, algorithm, burst) if parsed is not None else None
     spec = ScopeSpec(scope, default, cost)
     register(spec)
@@ -74,7 +75,7 @@ def throttle(
                 try:
                     response = await view(request, *args, **kwargs)
                 except BaseException:
-                    if not state_of(request).middleware:  # else the middleware ends them
+                    if not under_middleware(request):  # else the middleware ends them
                         await arelease_leases(request)
                     raise
                 return _finish(request, response)
@@ -85,7 +86,8 @@ def throttle(
             @wraps(view)
             def sync_wrapper(request: Any, *args: Any, **kwargs: Any) -> Any:
                 # Without the middleware, the view counts the server's threads (MAX_DELAYED).
-                counted = serving.enter()
+                threads = serving()
+                counted = threads.enter()
                 try:
                     rejection = enforce(request, specs)
                     if rejection is not None:
@@ -93,13 +95,13 @@ def throttle(
                     try:
                         response = view(request, *args, **kwargs)
                     except BaseException:
-                        if not state_of(request).middleware:  # else the middleware ends them
+                        if not under_middleware(request):  # else the middleware ends them
                             release_leases(request)
                         raise
                     return _finish(request, response)
                 finally:
                     if counted:
-                        serving.leave()
+                        threads.leave()
 
             wrapper = sync_wrapper
         setattr(wrapper, SPECS_ATTR, specs)
@@ -110,6 +112,6 @@ def throttle(
 
 def _finish(request: Any, response: Any) -> Any:
     # With the middleware installed, it writes the headers once, for every decision made.
-    if state_of(request).middleware:
+    if under_middleware(request):
         return response
     return finish(request, response)

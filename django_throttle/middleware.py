@@ -10,22 +10,17 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponse
 
 from .engine import (
-    aenforce,
+    aenforce_unrouted,
+    aenforce_view,
     arelease_after_threads,
     arelease_leases,
-    enforce,
+    enforce_unrouted,
+    enforce_view,
     finish,
     release_leases,
+    seen_by_middleware,
     serving,
-    state_of,
-    view_specs,
 )
-
-
-def _url_name(request: HttpRequest) -> str | None:
-    match = getattr(request, "resolver_match", None)
-    return match.view_name if match is not None else None
-
 
 GetResponse = Callable[[HttpRequest], Any]
 
@@ -51,28 +46,25 @@ class ThrottleMiddleware:
     def __call__(self, request: HttpRequest) -> Any:
         if self.is_async:
             return self.__acall__(request)
-        state = state_of(request)
-        state.middleware = True
-        counted = serving.enter()  # how many threads the server has, as seen (MAX_DELAYED)
+        seen_by_middleware(request)
+        threads = serving()
+        counted = threads.enter()  # how many threads the server has, as seen (MAX_DELAYED)
         try:
             try:
                 response = self.get_response(request)
             except BaseException:
                 release_leases(request)  # no response will be closed: the leases end now
                 raise
-            if not state.paths_decided:
-                state.paths_decided = True
-                rejection = enforce(request, paths=True)
-                if rejection is not None:
-                    return rejection
+            rejection = enforce_unrouted(request)
+            if rejection is not None:
+                return rejection
             return finish(request, response)
         finally:
             if counted:
-                serving.leave()
+                threads.leave()
 
     async def __acall__(self, request: HttpRequest) -> Any:
-        state = state_of(request)
-        state.middleware = True
+        seen_by_middleware(request)
         get_response: Callable[[HttpRequest], Awaitable[Any]] = self.get_response
         try:
             response = await get_response(request)
@@ -85,23 +77,17 @@ class ThrottleMiddleware:
         except BaseException:
             await arelease_leases(request)  # no response will be closed: the leases end now
             raise
-        if not state.paths_decided:
-            state.paths_decided = True
-            rejection = await aenforce(request, paths=True)
-            if rejection is not None:
-                return rejection
+        rejection = await aenforce_unrouted(request)
+        if rejection is not None:
+            return rejection
         return finish(request, response)
 
     def process_view(
         self, request: HttpRequest, view_func: Any, view_args: Any, view_kwargs: Any
     ) -> HttpResponse | None:
-        state_of(request).paths_decided = True
-        specs = view_specs(view_func)
-        return enforce(request, specs, paths=True, url_name=_url_name(request))
+        return enforce_view(request, view_func)
 
     async def _aprocess_view(
         self, request: HttpRequest, view_func: Any, view_args: Any, view_kwargs: Any
     ) -> HttpResponse | None:
-        state_of(request).paths_decided = True
-        specs = view_specs(view_func)
-        return await aenforce(request, specs, paths=True, url_name=_url_name(request))
+        return await aenforce_view(request, view_func)

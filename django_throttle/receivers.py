@@ -9,7 +9,8 @@ from django.db import models
 from django.db.models.signals import m2m_changed, post_delete, post_save, pre_save
 from django.utils import timezone
 
-from .engine import flow
+from .engine import request_finished as end_of_request
+from .engine import request_started as start_of_request
 from .models import Override, Rule, validate_row
 from .rules import rules_changed
 from .signals import rules_written
@@ -54,5 +55,5 @@ def connect() -> None:
     for through in (Rule.groups.through, Rule.exempt_groups.through):
         m2m_changed.connect(rule_touched, sender=through, dispatch_uid=f"django_throttle.{through}")
     rules_written.connect(rule_written, dispatch_uid="django_throttle.rules_written")
-    request_started.connect(flow.request_started, dispatch_uid="django_throttle.request_started")
-    request_finished.connect(flow.request_finished, dispatch_uid="django_throttle.request_finished")
+    request_started.connect(start_of_request, dispatch_uid="django_throttle.request_started")
+    request_finished.connect(end_of_request, dispatch_uid="django_throttle.request_finished")

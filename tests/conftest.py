@@ -40,7 +40,6 @@ def redis_server() -> RedisServer:
 @pytest.fixture(autouse=True)
 def _clean_state(redis_server: RedisServer) -> Iterator[None]:
     """Each test starts with an empty Redis and no cached rules or connections."""
-    from django_throttle.engine import flow
     from django_throttle.runtime import replace_runtime
     from django_throttle.store import reset_store
 
@@ -54,7 +53,6 @@ def _clean_state(redis_server: RedisServer) -> Iterator[None]:
     client.close()
     replace_runtime(handover=False)
     reset_store()
-    flow._key_errors_logged.clear()
     yield
     replace_runtime(handover=False)
     reset_store()

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.core.handlers.asgi import ASGIHandler
 
-from django_throttle.engine import flow
+from django_throttle.engine import flows
 from tests.helpers import rule, run
 from tests.traffic import asgi_get, database_kept_open
 
@@ -60,12 +60,12 @@ def test_a_custom_key_function_is_called_in_a_thread(
 def _spy(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], list[int]]:
     places: list[str] = []
     loop: list[int] = []
-    gather = flow.gather
+    gather = flows.gather
 
     def recorded(*args: Any, **kwargs: Any) -> Any:
         result = gather(*args, **kwargs)
         places.append("loop" if threading.get_ident() in loop else "thread")
         return result
 
-    monkeypatch.setattr(flow, "gather", recorded)
+    monkeypatch.setattr(flows, "gather", recorded)
     return places, loop

@@ -26,12 +26,13 @@ from ..choices import ALGORITHMS_WITH_BURST as BUCKETS
 from ..choices import KeyKind
 from ..compiled import with_overrides
 from ..conf import conf
+from ..engine import inspect, reset_rules, rule_for
 from ..models import Dashboard, Rule
 from ..rates import describe
 from ..recording import REJECT, SHADOW, UNAVAILABLE, collect, is_complete
 from ..recording.database import as_datetime
-from ..rules import clients_reset, compile_rule, default_scopes, defaults_of
-from ..store import Check, get_store
+from ..rules import compile_rule, default_scopes, defaults_of
+from ..store import get_store
 from ..store.errors import STORE_ERRORS
 from .chart import chart_svg, legend
 from .queries import DEFAULT_PERIOD, PERIODS, dashboard_data
@@ -256,10 +257,8 @@ class DashboardAdmin(_DashboardModelAdmin):
             + urlencode({"rule": rule.pk, "key": key})
         )
         try:
-            compiled = compile_rule(rule)
-            get_store().reset(compiled, key)
             # Every process forgets remembered rejections (BLOCK_CACHE); no rule reloads.
-            clients_reset([compiled.state_prefix + key])
+            reset_rules([compile_rule(rule)], key)
         except STORE_ERRORS as exc:
             messages.error(
                 request, _("The store is unavailable (%(e)s); nothing was reset.") % {"e": exc}
@@ -296,10 +295,7 @@ def _reset_defaults(request: HttpRequest, scope: str, key: str) -> HttpResponse:
         messages.error(request, _("Choose a rule and a key to reset."))
         return HttpResponseRedirect(reverse("admin:django_throttle_dashboard_key"))
     try:
-        compiled = [default.compile() for default in defaults]
-        for rule in compiled:
-            get_store().reset(rule, key)
-        clients_reset([rule.state_prefix + key for rule in compiled])
+        reset_rules([default.compile() for default in defaults], key)
     except STORE_ERRORS as exc:
         messages.error(
             request, _("The store is unavailable (%(e)s); nothing was reset.") % {"e": exc}
@@ -382,24 +378,21 @@ def _states(rules: list[Rule], key: str) -> list[KeyState]:
             continue
         # As the engine applies it to this client: its override, if it has one.
         overrides = [(o.key, o.limit, o.exempt) for o in rule.overrides.filter(key=key)]
-        compiled = with_overrides(compiled, overrides)[0]
-        if compiled.overrides and key in compiled.overrides:
-            own = compiled.overrides[key]
-            if own is None:
-                state.error = str(_("This client is exempt from the rule (an override)."))
-                continue
-            compiled = own
-        checks.append((state, Check(compiled, key)))
+        own = rule_for(with_overrides(compiled, overrides)[0], key)
+        if own is None:
+            state.error = str(_("This client is exempt from the rule (an override)."))
+            continue
+        checks.append((state, own))
     if checks:
         try:
-            results = get_store().decide([check for _, check in checks], dry_run=True)
+            results = inspect([own for _, own in checks], key)
         except STORE_ERRORS as exc:
-            for state, _check in checks:
+            for state, _own in checks:
                 state.error = str(_("The store is unavailable (%(e)s).") % {"e": exc})
         else:
-            for (state, check), result in zip(checks, results, strict=True):
+            for (state, own), result in zip(checks, results, strict=True):
                 # A bucket holds up to its burst: "5 / 10" for a full bucket of 5 was wrong.
-                state.limit = check.rule.burst if check.rule.algorithm in BUCKETS else result.limit
+                state.limit = own.burst if own.algorithm in BUCKETS else result.limit
                 state.remaining = result.remaining
                 state.reset_at = as_datetime(int(result.reset_at + 0.999))
                 state.retry_after = result.retry_after
@@ -425,7 +418,7 @@ def _default_states(scope: str, key: str) -> list[KeyState]:
         for d in defaults
     ]
     try:
-        results = get_store().decide([Check(rule, key) for rule in compiled], dry_run=True)
+        results = inspect(compiled, key)
     except STORE_ERRORS as exc:
         for state in states:
             state.error = str(_("The store is unavailable (%(e)s).") % {"e": exc})

@@ -1,31 +1,60 @@
-"""The engine: what applies to a request, the per-request state, one sync and one async flow."""
+"""The engine: what applies to a request or a key, one store call, the request's state, what
+follows. The entry points use only what this package exports, never its modules."""
 
 from __future__ import annotations
 
-from .flow import (
+from .deciding import inspect, reset_rules
+from .delays import serving
+from .explicit_keys import adecide_key, decide_key, refund_key, reset_key
+from .flows import (
     aenforce,
+    aenforce_unrouted,
+    aenforce_view,
     aevaluate,
+    enforce,
+    enforce_unrouted,
+    enforce_view,
+    evaluate,
+)
+from .headers import finish
+from .leases import (
     arelease_after_threads,
     arelease_leases,
-    enforce,
-    evaluate,
-    finish,
     release_leases,
-    serving,
+    request_finished,
+    request_started,
 )
-from .state import SPECS_ATTR, state_of, view_specs
+from .overrides import rule_for
+from .refunds import arefund_request, refund_request
+from .state import SPECS_ATTR, seen_by_middleware, state_of, under_middleware
 
 __all__ = [
     "SPECS_ATTR",
+    "adecide_key",
     "aenforce",
+    "aenforce_unrouted",
+    "aenforce_view",
     "aevaluate",
+    "arefund_request",
     "arelease_after_threads",
     "arelease_leases",
+    "decide_key",
     "enforce",
+    "enforce_unrouted",
+    "enforce_view",
     "evaluate",
     "finish",
+    "inspect",
+    "refund_key",
+    "refund_request",
     "release_leases",
+    "request_finished",
+    "request_started",
+    "reset_key",
+    "reset_rules",
+    "rule_for",
+    "seen_by_middleware",
     "serving",
     "state_of",
-    "view_specs",
+    "under_middleware",
 ]

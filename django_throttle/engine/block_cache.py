@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from ..choices import Algorithm
 from ..decision import Decision, from_results
+from ..runtime import runtime
 from ..store import Check, Result
 
 MAX_ENTRIES = 10_000  # clients remembered per process; past it, new rejections are not
@@ -24,14 +25,19 @@ _CONCURRENCY = str(Algorithm.CONCURRENCY)
 Blocked = dict[str, tuple[float, Result]]
 
 
-_last_sweep = [0.0]
+class LastSweep:
+    """When a full block cache was last swept of what has expired (monotonic)."""
+
+    def __init__(self) -> None:
+        self.at = 0.0
 
 
 def _swept(blocked: Blocked, now: float) -> bool:
     """Make room by dropping what has expired, at most once a second (a full cache of live
     entries is not scanned at every rejection); whether there is room now."""
-    if now - _last_sweep[0] >= 1.0:
-        _last_sweep[0] = now
+    last = runtime().part(LastSweep)
+    if now - last.at >= 1.0:
+        last.at = now
         # list() copies in one step under the GIL: other threads may add and pop meanwhile.
         for key, (until, _) in list(blocked.items()):
             if until <= now:

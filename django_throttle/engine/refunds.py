@@ -10,17 +10,21 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
+from asgiref.sync import sync_to_async
 from redis.exceptions import TryAgainError
 
 from ..choices import Algorithm
 from ..conf import conf
+from ..costs import valid_cost
 from ..rules import clients_reset
+from ..runtime import runtime
 from ..store import Check, Result, get_store
 from ..store.breaker import CLOSED, Breaker
 from ..store.errors import STORE_ERRORS
 from ..store.fallback import async_store, breaker, breaker_moved, by_node, local_fallback
+from .state import take_back
 
 logger = logging.getLogger("django_throttle")
 
@@ -43,6 +47,21 @@ def taken(results: Sequence[Result], cost: int | None = None) -> list[Refund]:
         check = Check(result.rule, result.identity, result.cost if cost is None else cost)
         by_decision.setdefault((result.at, result.local), []).append(check)
     return [Refund(at, local, checks) for (at, local), checks in by_decision.items()]
+
+
+def refund_request(request: Any, scope: str, cost: int) -> int:
+    """Give back ``cost`` of what the request's decisions took under ``scope`` (``refund()``);
+    how many rules gave something back."""
+    results = take_back(request, scope, valid_cost(cost))
+    give_back(taken(results), announce=True)
+    return len(results)
+
+
+async def arefund_request(request: Any, scope: str, cost: int) -> int:
+    # Finding the scope's rules may load them from the database: not on the event loop.
+    results = await sync_to_async(take_back)(request, scope, valid_cost(cost))
+    await agive_back(taken(results), announce=True)
+    return len(results)
 
 
 def give_back(refunds: Sequence[Refund], announce: bool = False) -> None:
@@ -88,7 +107,6 @@ def _guarded(breaker: Breaker) -> Iterator[bool]:
     """A breaker around the store calls of a refund (the store's, or on a cluster a master's):
     whether they may be made; a store error is reported to it and the refund dropped, never
     raised."""
-    global _dropping
     token = breaker.allow()
     if token is None:
         _dropped("the store is unavailable")
@@ -110,7 +128,7 @@ def _guarded(breaker: Breaker) -> Iterator[bool]:
     if breaker.state != CLOSED:  # this call may be the probe that closes the breaker
         breaker.succeeded(token)
         breaker_moved()
-    _dropping = False
+    runtime().part(Dropping).said = False
 
 
 def _split(refunds: Sequence[Refund], announce: bool, on_loop: bool = False) -> list[Refund]:
@@ -139,14 +157,18 @@ def _split(refunds: Sequence[Refund], announce: bool, on_loop: bool = False) -> 
     return remote
 
 
-_dropping = False  # a refund failed and no store call has worked since: said once
+class Dropping:
+    """Whether a refund failed and no store call has worked since: said once."""
+
+    def __init__(self) -> None:
+        self.said = False
 
 
 def _dropped(why: str) -> None:
-    global _dropping
-    if _dropping:
+    dropping = runtime().part(Dropping)
+    if dropping.said:
         return
-    _dropping = True
+    dropping.said = True
     logger.warning(
         "django_throttle: a refund could not be made (%s); what it would give back stays "
         "counted until its window or lease ends (said once until refunds work again)",

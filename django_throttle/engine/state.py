@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
+from ..choices import Algorithm
 from ..decision import Decision
-from ..rules import ScopeSpec
+from ..rules import ScopeSpec, get_rules, scope_rules
 from ..store import Result
 
 ATTR = "_django_throttle"
 SPECS_ATTR = "_throttle_specs"  # on a decorated view: its @throttle scopes, outermost first
+_CONCURRENCY = str(Algorithm.CONCURRENCY)
 
 
 class RequestState:
@@ -72,3 +75,40 @@ def view_specs(view_func: Any) -> list[ScopeSpec]:
         view_class = getattr(view_func, "view_class", None)
         specs = getattr(getattr(view_class, "dispatch", None), SPECS_ATTR, None)
     return specs or []
+
+
+def forget_taken(request: Any, decision: Decision) -> list[Result]:
+    """What an admitted decision took, no longer the request's (it is being given back)."""
+    state = state_of(request)
+    given = [r for r in decision.results if state.taken.pop(r.rule.state_prefix, None) is r]
+    state.leases = [lease for lease in state.leases if lease not in given]
+    return given
+
+
+def take_back(request: Any, scope: str, cost: int) -> list[Result]:
+    """``cost`` of what the request's admitted decisions committed under ``scope``'s rules
+    (at most what each took), no longer the request's (refund()). A concurrency slot is not
+    given back here: it ends with the response."""
+    state = state_of(request)
+    results = []
+    for rule in scope_rules(get_rules(), scope):
+        result = state.taken.get(rule.state_prefix)
+        if result is None or result.rule.algorithm == _CONCURRENCY:
+            continue
+        given = min(cost, result.cost)
+        if given == result.cost:
+            del state.taken[rule.state_prefix]
+            state.counted.pop(rule.state_prefix, None)  # a later check() counts again
+        else:
+            state.taken[rule.state_prefix] = replace(result, cost=result.cost - given)
+        results.append(replace(result, cost=given))
+    return results
+
+
+def seen_by_middleware(request: Any) -> None:
+    """ThrottleMiddleware is in the request's chain: it writes the headers and ends leases."""
+    state_of(request).middleware = True
+
+
+def under_middleware(request: Any) -> bool:
+    return state_of(request).middleware

@@ -13,6 +13,7 @@ from django.urls import get_resolver
 from ..choices import Action
 from ..compiled import CompiledRule, build_rule, calendar_of
 from ..conf import conf
+from ..costs import clamped_cost
 from ..keyspace import state_prefix
 from ..rates import Rate
 from ..runtime import Runtime, runtime
@@ -74,8 +75,8 @@ class ScopeSpec:
         self.cost = cost
 
     def cost_of(self, request: Any) -> int:
-        cost = self.cost(request) if callable(self.cost) else self.cost
-        return max(1, int(cost))
+        # A constant was checked by valid_cost() when the decorator was applied.
+        return clamped_cost(self.cost(request)) if callable(self.cost) else self.cost
 
 
 class Registry:

@@ -8,8 +8,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from django_throttle.engine import inspect, rule_for
 from django_throttle.rules import get_rules, scope_rules
-from django_throttle.store import Check, get_store
 
 
 class Command(BaseCommand):
@@ -23,17 +23,14 @@ class Command(BaseCommand):
         rules = scope_rules(get_rules(), scope)
         if not rules:
             raise CommandError(f"No rule of scope {scope!r} is enabled (nor a code default).")
-        checks = []
+        applied = []
         for rule in rules:
-            # As the engine applies it to this client: its override, if it has one.
-            if rule.overrides is not None and key in rule.overrides:
-                own = rule.overrides[key]
-                if own is None:
-                    self.stdout.write(f"{rule.name}: this client is exempt (an override)")
-                    continue
-                rule = own
-            checks.append(Check(rule, key))
-        results = get_store().decide(checks, dry_run=True) if checks else []
+            own = rule_for(rule, key)  # as the engine applies it to this client
+            if own is None:
+                self.stdout.write(f"{rule.name}: this client is exempt (an override)")
+                continue
+            applied.append(own)
+        results = inspect(applied, key)
         for result in results:
             reset = datetime.fromtimestamp(result.reset_at, tz=timezone.utc)
             line = (

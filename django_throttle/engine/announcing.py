@@ -1,0 +1,29 @@
+"""Telling what was decided: the rejection log, the metrics, the request_throttled signal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import metrics, recording
+from ..decision import Decision
+from ..signals import request_throttled
+
+
+def announce(request: Any | None, decision: Decision) -> None:
+    """Count rejections for the dashboard and every decision in the metrics, and send
+    request_throttled for a rejection and for each would-be rejection of a log-only rule (not
+    for a key decided without a request: ``request`` None)."""
+    recording.note(decision)  # free when admitted
+    if metrics.switch.on:
+        metrics.decided(decision)
+    if request is None:
+        return
+    if not decision.allowed and decision.rule is not None:
+        request_throttled.send(
+            Decision, request=request, rule=decision.rule, decision=decision, shadow=False
+        )
+    for result in decision.results:
+        if not result.allowed and not result.rule.enforcing:
+            request_throttled.send(
+                Decision, request=request, rule=result.rule.name, decision=decision, shadow=True
+            )

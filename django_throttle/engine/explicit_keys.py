@@ -1,0 +1,70 @@
+"""A scope's rules applied to an explicit key, without a request (workers, tasks, queue
+consumers, the management commands): decide, refund, reset."""
+
+from __future__ import annotations
+
+from asgiref.sync import sync_to_async
+
+from ..costs import valid_cost
+from ..decision import Decision
+from ..rules import RuleSet, get_rules, scope_rules
+from ..store import Check
+from .announcing import announce
+from .deciding import adecide, decide, reset_rules
+from .overrides import rule_for
+from .refunds import Refund, give_back
+
+
+def decide_key(scope: str, key: str, cost: int = 1, dry_run: bool = False) -> Decision:
+    """``check_key()``: count an event of client ``key`` against the rules of ``scope``."""
+    cost = key_arguments(scope, key, cost)
+    checks, ruleset = key_checks(scope, key, cost)
+    decision = decide(checks, dry_run, ruleset.blocked)
+    if checks and not dry_run:
+        announce(None, decision)
+    return decision
+
+
+async def adecide_key(scope: str, key: str, cost: int = 1, dry_run: bool = False) -> Decision:
+    cost = key_arguments(scope, key, cost)
+    # Loading changed rules may query the database, which the event loop must not.
+    checks, ruleset = await sync_to_async(key_checks)(scope, key, cost)
+    decision = await adecide(checks, dry_run, ruleset.blocked)
+    if checks and not dry_run:
+        announce(None, decision)
+    return decision
+
+
+def refund_key(scope: str, key: str, cost: int = 1) -> int:
+    """Give back ``cost`` to client ``key`` under the rules of ``scope``, from its newest
+    state; how many rules were refunded."""
+    checks, _ = key_checks(scope, key, key_arguments(scope, key, cost))
+    give_back([Refund(0, False, checks)] if checks else [], announce=True)
+    return len(checks)
+
+
+def reset_key(scope: str, key: str) -> int:
+    """Forget client ``key``'s state under every rule of ``scope``; how many rules."""
+    return reset_rules(scope_rules(get_rules(), scope), key)
+
+
+def key_checks(scope: str, key: str, cost: int) -> tuple[list[Check], RuleSet]:
+    """The checks of ``scope``'s rules in force (admin rules, else code defaults) for ``key``,
+    whatever each rule's key kind; an override of the key applies (its limit, or exempt).
+    Who a rule applies to (users, groups, networks) is a request's matter and not looked at."""
+    ruleset = get_rules()
+    checks = []
+    for rule in scope_rules(ruleset, scope):
+        own = rule_for(rule, key)
+        if own is not None:
+            checks.append(Check(own, key, cost))
+    return checks, ruleset
+
+
+def key_arguments(scope: object, key: object, cost: object) -> int:
+    """The cost, once the arguments are known to be usable; ValueError says which is not."""
+    if not isinstance(scope, str) or not scope:
+        raise ValueError(f"scope must be a non-empty string such as 'partner-api', not {scope!r}")
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"key must be a non-empty string such as 'partner:acme', not {key!r}")
+    return valid_cost(cost)
