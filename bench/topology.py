@@ -22,9 +22,9 @@ through the public API: ``check()``, or ``ThrottleMiddleware`` in Django's WSGIH
   process and every redis-server (replicas too) on CPU 0 (``taskset -a -p -c 0``: with their
   background threads); cases interleaved in blocks of 50 calls. The topologies are measured side by side
   in this one process: their stores are built once as ``get_store()`` builds them
-  (``store._build()``, under ``override_settings`` with the primary as the cache, and with
-  ``CLUSTER_URL``), and each case installs its own where ``get_store()`` keeps it
-  (``django_throttle.store._store``) in the untimed preparation of each call, so ``check()``
+  (``store.guarded.build_backend()``, under ``override_settings`` with the primary as the cache,
+  and with ``CLUSTER_URL``), and each case installs its own in the process's store
+  (``get_store().use()``) in the untimed preparation of each call, so ``check()``
   itself is untouched and timed whole. (Switching the settings per block would rebuild the
   store, reconnect and read the cluster's slot map every 50 calls.)
 - throughput: 8 threads calling ``check()`` for 3 s per case (0.5 s slices, the cases taking
@@ -182,15 +182,15 @@ def build_stores(primary_url: str, cluster_url: str) -> dict[str, Any]:
     from django.conf import settings
     from django.test import override_settings
 
-    from django_throttle import store
+    from django_throttle.store.guarded import build_backend
 
-    single = store._build()
+    single = build_backend()
     with override_settings(CACHES={"default": cache_at(primary_url)}):
-        replicated = store._build()
+        replicated = build_backend()
     with override_settings(
         DJANGO_THROTTLE={**settings.DJANGO_THROTTLE, "CLUSTER_URL": cluster_url}
     ):
-        cluster = store._build()
+        cluster = build_backend()
     return {SINGLE: single, REPLICATED: replicated, CLUSTER: cluster}
 
 
@@ -199,10 +199,10 @@ def cache_at(url: str) -> dict[str, Any]:
 
 
 def install(store: Any) -> None:
-    """The store get_store() returns from now on (the module global it keeps it in)."""
-    import django_throttle.store as module
+    """The backend get_store() decides on from now on (None: the one the settings make)."""
+    from django_throttle.store import get_store
 
-    module._store = store
+    get_store().use(store)
 
 
 def close_stores(stores: dict[str, Any]) -> None:

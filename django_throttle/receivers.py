@@ -11,11 +11,11 @@ from django.db import models
 from django.db.models.signals import m2m_changed, post_delete, post_save, pre_save
 from django.utils import timezone
 
+from . import metrics
 from .engine import flow
 from .models import Override, Rule, validate_row
 from .rules import reset_rule_cache, rules_changed
 from .signals import rules_written
-from .store import reset_store
 
 
 def rule_written(**kwargs: Any) -> None:
@@ -46,7 +46,7 @@ def rule_touched(instance: Any, **kwargs: Any) -> None:
 def settings_changed(setting: str, **kwargs: Any) -> None:
     if setting in ("DJANGO_THROTTLE", "CACHES"):
         reset_rule_cache()
-        reset_store()
+        metrics.reconfigure()  # the store itself is the runtime's, replaced with it
 
 
 def connect() -> None:

@@ -44,7 +44,6 @@ def _clean_state(redis_server: RedisServer) -> Iterator[None]:
     from django_throttle.recording import rejection_log
     from django_throttle.rules import reset_rule_cache
     from django_throttle.runtime import replace_runtime
-    from django_throttle.store import reset_store
 
     if redis_server.managed:
         if redis_server.process is None:
@@ -56,13 +55,11 @@ def _clean_state(redis_server: RedisServer) -> Iterator[None]:
     client.close()
     replace_runtime(handover=False)
     reset_rule_cache()
-    reset_store()
     rejection_log.discard()  # no rejection counted by another test is flushed into this one
     flow._key_errors_logged.clear()
     yield
     replace_runtime(handover=False)
     reset_rule_cache()
-    reset_store()
     rejection_log.discard()
 
 

@@ -324,10 +324,10 @@ def store_now() -> datetime | None:
     if not conf.uses_redis:
         return None
     try:
-        seconds, micros = get_store().client.time()  # type: ignore[attr-defined]
+        seconds = get_store().server_time()
     except Exception:
         return None
-    return datetime.fromtimestamp(int(seconds) + int(micros) / 1e6, timezone.utc)
+    return datetime.fromtimestamp(seconds, timezone.utc)
 
 
 def collect_counts() -> None:
@@ -395,7 +395,7 @@ def _states(rules: list[Rule], key: str) -> list[KeyState]:
         checks.append((state, Check(compiled, key)))
     if checks:
         try:
-            results = get_store().decide([check for _, check in checks], dry_run=True)
+            results = get_store().inspect([check for _, check in checks])
         except STORE_ERRORS as exc:
             for state, _check in checks:
                 state.error = str(_("The store is unavailable (%(e)s).") % {"e": exc})
@@ -428,7 +428,7 @@ def _default_states(scope: str, key: str) -> list[KeyState]:
         for d in defaults
     ]
     try:
-        results = get_store().decide([Check(rule, key) for rule in compiled], dry_run=True)
+        results = get_store().inspect([Check(rule, key) for rule in compiled])
     except STORE_ERRORS as exc:
         for state in states:
             state.error = str(_("The store is unavailable (%(e)s).") % {"e": exc})

@@ -29,8 +29,7 @@ from ..keys import identity
 from ..responses import RETRY_AFTER, X_LIMIT, add_headers, rejected, retry_after_seconds
 from ..rules import ScopeSpec, get_rules, request_rules, rule_cache
 from ..signals import request_throttled
-from ..store import Check, Result, get_store
-from ..store.fallback import StoreUnavailable, adecide_guarded, decide_guarded
+from ..store import Check, Result, StoreUnavailable, get_store
 from .block_cache import Blocked, never_admitted, remember, remembered
 from .refunds import agive_back, give_back, taken
 from .state import state_of
@@ -167,7 +166,7 @@ def decide(
     known = _known(checks, dry_run, blocked)
     if known is not None:
         return known
-    return _learn(checks, decide_guarded(get_store, checks, dry_run), dry_run, blocked)
+    return _learn(checks, get_store().decide(checks, dry_run), dry_run, blocked)
 
 
 async def adecide(
@@ -178,7 +177,7 @@ async def adecide(
     known = _known(checks, dry_run, blocked)
     if known is not None:
         return known
-    return _learn(checks, await adecide_guarded(get_store, checks, dry_run), dry_run, blocked)
+    return _learn(checks, await get_store().adecide(checks, dry_run), dry_run, blocked)
 
 
 def _known(checks: Sequence[Check], dry_run: bool, blocked: Blocked | None) -> Decision | None:

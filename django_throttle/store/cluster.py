@@ -13,7 +13,7 @@ committed are refunded by a second call (refund.lua). Between the two calls,
 another request of the same client can see the reservation: for about one round
 trip, a count is higher than it will be.
 
-Each master has a circuit breaker of its own (``node_breakers``): store/fallback.py sends
+Each master has a circuit breaker of its own (``node_breakers``): store/guarded.py sends
 a group only if its master's breaker lets it, and applies the fail modes to the groups whose
 master failed, so a master that is down, hung or full affects only the clients whose slots
 it holds.
@@ -70,8 +70,9 @@ logger = logging.getLogger("django_throttle")
 
 SLOTS = 16384
 
-# The process's breakers of cluster nodes, shared by the sync store and every event loop's.
-node_breakers = NodeBreakers(lambda: conf.BREAKER_INTERVAL)
+
+def _breaker_interval() -> float:
+    return conf.BREAKER_INTERVAL
 
 
 def slot_of_tag(tag: str) -> int:
@@ -204,6 +205,9 @@ class ClusterStore:
 
     def __init__(self, client: Any) -> None:
         self.client = client  # reset, the rules version, the slot map
+        # The masters' breakers (GuardedStore gives its own, shared with each loop's store):
+        # those of the nodes a slot map no longer names are forgotten when it is read.
+        self.node_breakers = NodeBreakers(_breaker_interval)
         self._stacks: dict[str, ConnectionStack] = {}
         self._stale = False
         self._suspect: str | None = None  # the node whose failure made the slot map stale
@@ -230,7 +234,7 @@ class ClusterStore:
             self._stale = True
             raise
         self._suspect = None
-        node_breakers.keep(self.client.nodes_manager.nodes_cache)
+        self.node_breakers.keep(self.client.nodes_manager.nodes_cache)
 
     def node_of_slot(self, slot: int) -> str | None:
         """The address of the slot's master, as the slot map last read says; None if unknown."""
@@ -451,6 +455,7 @@ class AsyncClusterStore:
 
     def __init__(self, client: Any) -> None:
         self.client = client
+        self.node_breakers = NodeBreakers(_breaker_interval)  # as ClusterStore's
         self._stacks: dict[str, AsyncConnectionStack] = {}
         self._ready = False
         self._stale = False
@@ -484,7 +489,7 @@ class AsyncClusterStore:
             self._stale = True
             raise
         self._suspect = None
-        node_breakers.keep(self.client.nodes_manager.nodes_cache)
+        self.node_breakers.keep(self.client.nodes_manager.nodes_cache)
 
     def node_of_slot(self, slot: int) -> str | None:
         """The address of the slot's master, as the slot map last read says; None if unknown."""

@@ -33,7 +33,7 @@ class Command(BaseCommand):
                     continue
                 rule = own
             checks.append(Check(rule, key))
-        results = get_store().decide(checks, dry_run=True) if checks else []
+        results = get_store().inspect(checks)
         for result in results:
             reset = datetime.fromtimestamp(result.reset_at, tz=timezone.utc)
             line = (

@@ -1,5 +1,5 @@
-"""Arguments of Redis commands in the Redis protocol (RESP), for the parts of a command that
-are known before the request comes: framed once, joined per request."""
+"""The Redis protocol (RESP) for the parts of a command known before a request: framed once,
+joined per request."""
 
 from __future__ import annotations
 
