@@ -408,6 +408,7 @@ def test_a_node_s_breaker_is_forgotten_when_the_slot_map_no_longer_names_it(
     gone = "192.0.2.1:7000"  # a node that left the cluster
     get_store().node_breakers.of(gone).failed(OSError("down"), 0)
     store = ClusterStore(RedisCluster.from_url(cluster.url))
+    store.node_breakers = get_store().node_breakers  # the process's, as its own store's
     try:
         store.decide([Check(compiled(1, 5, "closed"), "ip:203.0.113.1")])
         assert gone in get_store().node_breakers.nodes()
