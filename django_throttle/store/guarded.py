@@ -149,7 +149,7 @@ class GuardedStore:
             try:
                 store = self._backend or self.backend()
                 if isinstance(store, ClusterStore):
-                    results = drive(store, self._on_cluster(checks, dry_run))
+                    results = drive(self._on_cluster(store, checks, dry_run))
                 else:
                     results = store.decide(checks, dry_run)
             finally:
@@ -177,7 +177,7 @@ class GuardedStore:
             try:
                 store = await self.async_backend()
                 if isinstance(store, AsyncClusterStore):
-                    results = await adrive(store, self._on_cluster(checks, dry_run))
+                    results = await adrive(self._on_cluster(store, checks, dry_run))
                 else:
                     results = await store.decide(checks, dry_run)
             finally:
@@ -192,16 +192,16 @@ class GuardedStore:
         return results
 
     def _on_cluster(
-        self, checks: Sequence[Check], dry_run: bool
+        self, store: ClusterStore | AsyncClusterStore, checks: Sequence[Check], dry_run: bool
     ) -> Steps[list[Result] | StoreUnavailable]:
         """A decision on a cluster, each slot group behind its master's breaker (steps for
         drive() and adrive()). Raises only what concerns the whole cluster (its slot map
         cannot be read) or no store at all."""
-        plan = yield "plan", (checks,)
+        plan = yield store.plan, (checks,)
         guards = [self.node_breakers.of(node) for node in plan.nodes]
         tokens = allow(guards)
         try:
-            replies = yield "send", (plan, dry_run, tokens)
+            replies = yield store.send, (plan, dry_run, tokens)
         except BaseException:
             abandon(guards, tokens)  # interrupted: no verdict on any node
             raise
@@ -209,18 +209,18 @@ class GuardedStore:
         if moved:
             self._moved()
         if not failed:
-            return (yield "settle", (plan, replies, dry_run))  # type: ignore[no-any-return]
+            return (yield store.settle, (plan, replies, dry_run))  # type: ignore[no-any-return]
         error = not_the_store(replies)
         if error is not None:
             if not dry_run:
-                yield "refund_committed", (plan, replies)
+                yield store.refund_committed, (plan, replies)
             raise error
         retry_after = max(guards[n].retry_after for n in failed)
         lost = checks_of(plan, failed)
         if len(failed) == len(replies) or any(fails_closed(c.rule) for c in lost):
             # Refused as a whole (or nothing answered): what the answered groups took goes back.
             if not dry_run:
-                yield "refund_committed", (plan, replies)
+                yield store.refund_committed, (plan, replies)
             return self._unavailable(lost, dry_run, retry_after)
         # The local fallback decides the fail-open checks of the failed masters; it commits
         # only if Redis admitted the request in every group that answered.
@@ -231,7 +231,7 @@ class GuardedStore:
             admit = in_redis and admitted(local)
         refunded = set()
         if not admit and not dry_run:
-            refunded = yield "refund_committed", (plan, replies)
+            refunded = yield store.refund_committed, (plan, replies)
         return partly(plan, replies, refunded, local, retry_after, lost)
 
     def _failed(
@@ -289,7 +289,7 @@ class GuardedStore:
         take is logged (once per outage) and dropped, never raised."""
         remote = self._give_back_locally(refunds)
         if remote:
-            drive(None, self._refund_steps(remote), self.backend)
+            drive(self._refund_steps(remote), self.backend)
 
     async def arefund(self, refunds: Iterable[Giving]) -> None:
         """refund() on the event loop's asyncio backend."""
@@ -298,7 +298,7 @@ class GuardedStore:
             return
         remote = self._give_back_locally(refunds)
         if remote:
-            await adrive(None, self._refund_steps(remote), self.async_backend)
+            await adrive(self._refund_steps(remote), self.async_backend)
 
     def _give_back_locally(self, refunds: Iterable[Giving]) -> list[Giving]:
         """Give back the local fallback's refunds now; return the store's."""
@@ -320,11 +320,11 @@ class GuardedStore:
                 for at, _, checks in remote:
                     for guard, group in self._by_node(store, checks):
                         if guard is None:
-                            yield "refund", (group, at)
+                            yield store.refund, (group, at)
                             continue
                         with self._guarded(guard) as node_allowed:
                             if node_allowed:
-                                yield "refund", (group, at)
+                                yield store.refund, (group, at)
 
     @contextmanager
     def _guarded(self, breaker: Breaker) -> Iterator[bool]:
