@@ -1,27 +1,5 @@
-"""Decisions on a Redis Cluster (``DJANGO_THROTTLE["CLUSTER_URL"]``).
-
-A state key's hash tag is its client's digest (keyspace.client_tag), so clients
-spread over the cluster's slots and every rule of one client shares a slot. The
-checks of a request are grouped by slot: one group (the usual case: every rule
-keys on the same client) is one EVALSHA on its master; several groups are sent
-to their masters all at once and their replies read afterwards, so the wall time
-is one round trip, not one per slot.
-
-All or nothing across slots: each group commits only if all its enforcing checks
-admit the request (decide.lua). If another group rejected it, the groups that
-committed are refunded by a second call (refund.lua). Between the two calls,
-another request of the same client can see the reservation: for about one round
-trip, a count is higher than it will be.
-
-Each master has a circuit breaker of its own (``node_breakers``): store/guarded.py sends
-a group only if its master's breaker lets it, and applies the fail modes to the groups whose
-master failed, so a master that is down, hung or full affects only the clients whose slots
-it holds.
-
-Redirections are followed: ``MOVED`` (the slot has a new owner: the slot map is
-read again) and ``ASK`` (the slot is migrating: this one call goes to the target
-with ``ASKING``). A connection error or ``CLUSTERDOWN`` marks the slot map stale;
-it is read again before the next decision, which finds a promoted replica.
+"""Decisions on a Redis Cluster (``CLUSTER_URL``): a request's checks by slot group, all sent
+before any reply is read, all or nothing across groups (docs/deploying.md, "Redis Cluster").
 """
 
 from __future__ import annotations
