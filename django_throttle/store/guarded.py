@@ -147,7 +147,9 @@ class GuardedStore:
         start = time.perf_counter() if timed else 0.0
         try:
             try:
-                store = self._backend or self.backend()
+                store = self._backend  # an empty MemoryStore is falsy: no `or`
+                if store is None:
+                    store = self.backend()
                 if isinstance(store, ClusterStore):
                     results = drive(self._on_cluster(store, checks, dry_run))
                 else:
