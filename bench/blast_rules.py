@@ -181,8 +181,8 @@ def main() -> None:
 
         from django_throttle.api import reset
         from django_throttle.models import Rule
-        from django_throttle.rules import RedisVersion, RuleCache, load_rules, reset_rule_cache
-        from django_throttle.rules import cache as rule_cache_module
+        from django_throttle.rules import RedisVersion, RuleCache, load_rules
+        from django_throttle.runtime import replace_runtime, runtime
 
         rules = table_of(options.rules)
         small = [r for r in rules if r["name"] in ("rule-70", "rule-71")]
@@ -231,14 +231,14 @@ def main() -> None:
 
         def served_with(name: str) -> Any:
             def prep(i: int) -> None:
-                rule_cache_module._cache = caches[name]
+                runtime().put(caches[name])
 
             return harness.Case(name, lambda _: request_once(app, environ), prep)
 
         cases = [served_with(name) for name in caches]
         harness.interleaved(cases, rounds=1, per_round=options.requests, warmup=100)
         costs = {case.name: case.median_us / 1000 for case in cases}
-        reset_rule_cache()
+        replace_runtime()
         caches.clear()  # one table in memory from here on, as in a real process
         del cases, loaded
         gc.collect()

@@ -98,7 +98,7 @@ def decide_cost(cluster: Any) -> list[tuple[str, str]]:
             Check(r, i) for r, i in zip(rules, identities[:3], strict=True)
         ],
     }
-    store = get_store()
+    store = get_store().backend()
     timed = {}
     for name, checks in cases.items():
         timed[name, "through the breakers"] = (lambda c: lambda: deciding.decide(c))(checks)

@@ -59,7 +59,7 @@ def contender(name: str, url: str, tag: str, rates: Sequence[str], first_id: int
     if name.startswith("django-throttle"):
         from django_throttle.store import Check, get_store
 
-        store, limit = get_store(), int(rates[0].split("/")[0])
+        store, limit = get_store().backend(), int(rates[0].split("/")[0])
         algorithms = harness.algorithms() if name.endswith("5 rules") else [name.split()[1]]
         rules = [harness.make_rule(first_id + k, a, limit) for k, a in enumerate(algorithms)]
         return lambda r: all(

@@ -19,13 +19,13 @@ def run_once(server: harness.RedisServer, stall: float) -> tuple[int, int, int]:
     from django.test import RequestFactory
 
     from django_throttle import check
-    from django_throttle.store import reset_store
+    from django_throttle.runtime import replace_runtime
 
     factory = RequestFactory()
     with redis.Redis.from_url(server.url) as client:
         for key in client.keys("thr:*{*}"):  # the counters, not the rules version
             client.delete(key)
-    reset_store()
+    replace_runtime(handover=False)
     check(factory.get("/"), SCOPE, dry_run=True)  # rules loaded here: the database is this thread's
     admitted = unavailable = 0
     stop = threading.Event()

@@ -125,15 +125,15 @@ def build_stores(primary_url: str, cluster_url: str) -> dict[str, Any]:
     from django.conf import settings
     from django.test import override_settings
 
-    from django_throttle import store
+    from django_throttle.store.guarded import build_backend
 
-    single = store._build()
+    single = build_backend()
     with override_settings(CACHES={"default": cache_at(primary_url)}):
-        replicated = store._build()
+        replicated = build_backend()
     with override_settings(
         DJANGO_THROTTLE={**settings.DJANGO_THROTTLE, "CLUSTER_URL": cluster_url}
     ):
-        cluster = store._build()
+        cluster = build_backend()
     return {SINGLE: single, REPLICATED: replicated, CLUSTER: cluster}
 
 
@@ -142,10 +142,10 @@ def cache_at(url: str) -> dict[str, Any]:
 
 
 def install(store: Any) -> None:
-    """The store get_store() returns from now on (the module global it keeps it in)."""
-    import django_throttle.store as module
+    """The backend get_store() decides on from now on (None: the one the settings make)."""
+    from django_throttle.store import get_store
 
-    module._store = store
+    get_store().use(store)
 
 
 def close_stores(stores: dict[str, Any]) -> None:

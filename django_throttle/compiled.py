@@ -11,11 +11,10 @@ from django.utils.module_loading import import_string
 from .calendar_windows import CalendarWindows
 from .choices import ALGORITHMS_WITH_BURST, Action, Algorithm, AppliesTo, FailMode, KeyKind, Unit
 from .conf import conf
-from .keyspace import ALGORITHM_CODES, CALENDAR_CODE, base36, state_prefix
+from .keyspace import ALGORITHM_CODES, base36, state_prefix
 from .networks import Network, parse_networks
 from .patterns import Matcher, compile_scope
 from .rates import CALENDAR_UNITS, MAX_PER, MAX_WINDOW, UNIT_SECONDS
-from .resp import bulk
 
 MAX_LIMIT = 1_000_000_000
 
@@ -68,14 +67,8 @@ class CompiledRule:
     overrides: Mapping[str, CompiledRule | None] | None = field(
         default=None, compare=False, repr=False
     )
-    # decide.lua's arguments for a check of this rule (its header; store/redis.py): those
-    # before the check's cost and after it (a calendar window's four starts follow, computed
-    # per call); the same framed in the Redis protocol; and how many there are in all.
-    argv_head: tuple[str | int, ...] = field(init=False, compare=False, repr=False)
-    argv_tail: tuple[int, ...] = field(init=False, compare=False, repr=False)
-    wire_head: bytes = field(init=False, compare=False, repr=False)
-    wire_tail: bytes = field(init=False, compare=False, repr=False)
-    wire_args: int = field(init=False, compare=False, repr=False)
+    # The store's own cache of this rule's part of a store call, made at first use (store/).
+    store_args: Any = field(init=False, compare=False, repr=False)
     # Whether a rejection by this rule rejects the request (a log-only rule never does).
     enforcing: bool = field(init=False, compare=False, repr=False)
     # Whether it counts every client (no audience, no exemption of its own): then only the
@@ -84,29 +77,14 @@ class CompiledRule:
 
     def __post_init__(self) -> None:
         # Here, not in build_rule: an override's replace() with its own limit gets its own.
-        enforcing = self.action != Action.LOG
-        code = ALGORITHM_CODES[self.algorithm] if self.calendar is None else CALENDAR_CODE
-        # A shadow rule's limit and a blocking rule's period go negative.
-        head = (
-            code,
-            self.limit if enforcing else -self.limit,
-            -self.period if self.block else self.period,
-        )
-        tail: tuple[int, ...] = (self.block,) if self.block else ()
-        if self.algorithm in ALGORITHMS_WITH_BURST:
-            tail += (self.burst,)
         for name, value in (
-            ("enforcing", enforcing),
+            ("enforcing", self.action != Action.LOG),
             (
                 "everyone",
                 self.audience == AppliesTo.ALL
                 and not (self.exempt_staff or self.exempt_groups or self.exempt_networks),
             ),
-            ("argv_head", head),
-            ("argv_tail", tail),
-            ("wire_head", bulk(*head)),
-            ("wire_tail", bulk(*tail)),
-            ("wire_args", len(head) + 1 + len(tail) + (0 if self.calendar is None else 4)),
+            ("store_args", None),
         ):
             object.__setattr__(self, name, value)
 

@@ -49,6 +49,11 @@ class Runtime:
                 part = self._parts[kind] = kind()
             return part
 
+    def put(self, part: object) -> None:
+        """Make ``part`` this runtime's instance of its class (a benchmark's own rule cache)."""
+        with self._lock:
+            self._parts[type(part)] = part
+
     def built(self, kind: type[P]) -> P | None:
         """This runtime's instance of ``kind`` if it was made already (never makes one)."""
         return self._parts.get(kind)

@@ -41,7 +41,6 @@ def redis_server() -> RedisServer:
 def _clean_state(redis_server: RedisServer) -> Iterator[None]:
     """Each test starts with an empty Redis and no cached rules or connections."""
     from django_throttle.runtime import replace_runtime
-    from django_throttle.store import reset_store
 
     if redis_server.managed:
         if redis_server.process is None:
@@ -52,10 +51,8 @@ def _clean_state(redis_server: RedisServer) -> Iterator[None]:
     client.flushall()
     client.close()
     replace_runtime(handover=False)
-    reset_store()
     yield
     replace_runtime(handover=False)
-    reset_store()
 
 
 @pytest.fixture

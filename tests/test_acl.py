@@ -74,7 +74,7 @@ def test_the_primary_user_is_enough(settings: Any, rf: Any, redis_server: RedisS
         assert check_key("leases", "job:1").allowed
         assert refund_key("leases", "job:1") == 1
         assert check_key("leases", "job:1").allowed  # the slot was given back
-        store = get_store()
+        store = get_store().backend()
         limit = build_rule(id=99, name="x", algorithm="fixed_window", limit=1, period=60)
         store.decide([Check(limit, "ip:1")])
         store.reset(limit, "ip:1")

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from django.core.handlers.asgi import ASGIHandler
 
+from django_throttle.store import get_store
 from django_throttle.store.breaker import CLOSED, OPEN, PROBING, Breaker
-from django_throttle.store.fallback import _allow, breaker
+from django_throttle.store.fallback import allow
 from tests.helpers import rule, run
 from tests.redis_server import RedisServer
 from tests.traffic import asgi_get, database_kept_open
@@ -119,10 +120,10 @@ def test_a_cancelled_probe_under_asgi_frees_the_breaker(
         redis_server.pause()
         try:
             statuses.append((await asgi_get(app, PATH))[0])  # times out: the breaker opens
-            assert breaker.state == OPEN
+            assert get_store().breaker.state == OPEN
             await asyncio.sleep(INTERVAL)
             statuses.append((await asgi_get(app, PATH, disconnect_after=cancel_after))[0])
-            assert breaker.state != PROBING
+            assert get_store().breaker.state != PROBING
         finally:
             redis_server.resume()
         # Requests that timed out reach Redis when it resumes (and may be counted there): let
@@ -137,7 +138,7 @@ def test_a_cancelled_probe_under_asgi_frees_the_breaker(
     assert statuses[:2] == [200, 503]
     assert statuses[2] is None  # the client went away: no response
     assert statuses[3:] == [200, 200, 200, 429]  # 3 per window, counted in Redis again
-    assert breaker.state == CLOSED
+    assert get_store().breaker.state == CLOSED
     counts = [redis_client.get(k) for k in redis_client.keys("thr:*}")]
     assert len(counts) == 1 and counts[0].endswith(b":3")  # the three admitted requests
 
@@ -150,7 +151,7 @@ def test_the_groups_of_one_recovering_master_share_its_probe() -> None:
     other = Breaker(lambda: 1.0, clock=lambda: now[0], node="10.0.0.2:7000")
     master.failed(ConnectionError("down"), master.allow())  # type: ignore[arg-type]
     now[0] = 2.0  # the interval is over: the next call probes
-    tokens = _allow([master, master, other])
+    tokens = allow([master, master, other])
     assert tokens[0] is not None and tokens[0] == tokens[1]
     assert tokens[2] is not None
     assert master.state == PROBING

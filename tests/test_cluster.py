@@ -25,7 +25,8 @@ from django_throttle.keyspace import client_tag
 from django_throttle.rates import UNIT_SECONDS
 from django_throttle.store import Check, ClusterStore, state_key
 from django_throttle.store.cluster import AsyncClusterStore, group_by_slot, slot_of_tag
-from django_throttle.store.fallback import StoreUnavailable, breaker, decide_guarded
+from django_throttle.store.fallback import StoreUnavailable
+from django_throttle.store.guarded import GuardedStore
 from django_throttle.store.redis import DECIDE_SOURCE
 from tests.clock_shift import shifted
 from tests.engine_helpers import ALGORITHMS, make_rule, race_cluster, start_racer
@@ -444,11 +445,11 @@ def test_tryagain_during_a_migration_costs_that_request_only(
         try:
             with pytest.raises(redis.exceptions.TryAgainError):
                 store.decide([Check(rules[0], identity), Check(rules[1], identity)])
-            outcome = decide_guarded(
-                lambda: store, [Check(r, identity) for r in rules], dry_run=False
-            )
+            guarded = GuardedStore()
+            guarded.use(store)
+            outcome = guarded.decide([Check(r, identity) for r in rules], dry_run=False)
             assert isinstance(outcome, StoreUnavailable)
-            assert breaker.state == "closed"
+            assert guarded.breaker.state == "closed"
             assert store.decide([Check(rules[0], "ip:198.51.100.1")])[0].allowed
         finally:
             for client in (src, dst):

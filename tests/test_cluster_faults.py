@@ -27,11 +27,9 @@ from django_throttle.keyspace import client_tag
 from django_throttle.recording import shared
 from django_throttle.rules import get_rules
 from django_throttle.rules.cache import RedisVersion
-from django_throttle.store import Check, ClusterStore
-from django_throttle.store import cluster as cluster_store
+from django_throttle.store import Check, ClusterStore, get_store
 from django_throttle.store.breaker import CLOSED, OPEN
 from django_throttle.store.cluster import slot_of_tag
-from django_throttle.store.fallback import local_fallback
 from tests.helpers import rule, run, statuses
 from tests.redis_topology import HOST, ClusterHarness
 from tests.traffic import asgi_get, database_kept_open, wait_until
@@ -83,7 +81,7 @@ def addresses_by_master(cluster: ClusterHarness, per_master: int) -> dict[int, l
 
 
 def breaker_state(port: int) -> str:
-    return cluster_store.node_breakers.of(f"{HOST}:{port}").state
+    return get_store().node_breakers.of(f"{HOST}:{port}").state
 
 
 def a_tag_on(cluster: ClusterHarness, port: int) -> str:
@@ -167,7 +165,7 @@ def test_a_master_out_of_memory_fails_closed_only_for_its_clients(
         assert breaker_state(sick) != CLOSED
     # Memory freed: after the breaker's interval, the next request probes and closes it, and
     # the sick master's clients are counted from zero (no decision reached it).
-    sick_node = cluster_store.node_breakers.of(f"{HOST}:{sick}")
+    sick_node = get_store().node_breakers.of(f"{HOST}:{sick}")
     wait_until(lambda: not sick_node.is_open(), within=INTERVAL + 1)
     for address in by_master[sick]:
         assert statuses(client, PATH, 8, REMOTE_ADDR=address) == [200] * 5 + [429] * 3
@@ -250,7 +248,10 @@ def test_a_global_rule_on_a_sick_master_and_ip_rules_on_healthy_ones(
         assert [breaker_state(port) for port in healthy] == [CLOSED, CLOSED]
     # The local fallback counted the global rule for the ten admitted requests only.
     everyone = next(r for r in get_rules().rules if r.name == "everyone")
-    assert local_fallback.decide([Check(everyone, "global")], dry_run=True)[0].remaining == 90
+    assert (
+        get_store().local_fallback.decide([Check(everyone, "global")], dry_run=True)[0].remaining
+        == 90
+    )
 
 
 # -- the engine: one request, several masters ------------------------------------------------
@@ -340,7 +341,7 @@ def test_fail_open_on_the_sick_master_all_or_nothing_with_the_local_fallback(
     # In Redis: the two requests the local fallback rejected were given back.
     assert store.decide([Check(redis_hundred, on_healthy)], dry_run=True)[0].remaining == 98
     # Locally: the two requests Redis rejected took nothing.
-    assert local_fallback.decide([other[0]], dry_run=True)[0].remaining == 97
+    assert get_store().local_fallback.decide([other[0]], dry_run=True)[0].remaining == 97
 
 
 # -- what else talks to a master: rule refreshes, the rejection log, refunds ---------------
@@ -365,7 +366,7 @@ def test_rule_refreshes_and_the_rejection_log_consult_their_own_master(
         assert shared.client() is not None
         assert breaker_state(elsewhere) != CLOSED
     holder = cluster.node_for_slot(key_slot(version.key.encode()))
-    cluster_store.node_breakers.reset()
+    get_store().node_breakers.reset()
     with out_of_memory(cluster, holder):
         assert deciding.decide([Check(closed, on_master(cluster, holder, "ip"))]).unavailable
         with pytest.raises(redis.exceptions.ConnectionError, match="circuit breaker"):
@@ -405,16 +406,17 @@ def test_a_node_s_breaker_is_forgotten_when_the_slot_map_no_longer_names_it(
 ) -> None:
     cluster = configured
     gone = "192.0.2.1:7000"  # a node that left the cluster
-    cluster_store.node_breakers.of(gone).failed(OSError("down"), 0)
+    get_store().node_breakers.of(gone).failed(OSError("down"), 0)
     store = ClusterStore(RedisCluster.from_url(cluster.url))
+    store.node_breakers = get_store().node_breakers  # the process's, as its own store's
     try:
         store.decide([Check(compiled(1, 5, "closed"), "ip:203.0.113.1")])
-        assert gone in cluster_store.node_breakers.nodes()
+        assert gone in get_store().node_breakers.nodes()
         store._refresh()  # as after a node's failure
     finally:
         store.close()
     known = {f"{HOST}:{node.port}" for node in cluster.alive}
-    assert set(cluster_store.node_breakers.nodes()) <= known
+    assert set(get_store().node_breakers.nodes()) <= known
 
 
 @pytest.mark.usefixtures("throttle_middleware")

@@ -519,7 +519,7 @@ def test_the_acl_user_with_the_recording_commands_is_enough(settings, redis_serv
 
     import redis
 
-    from django_throttle.store import reset_store
+    from django_throttle.runtime import replace_runtime
     from tests.test_acl import PASSWORD, acl_lines, denied, set_user
 
     if not redis_server.managed:
@@ -532,7 +532,7 @@ def test_the_acl_user_with_the_recording_commands_is_enough(settings, redis_serv
             **settings.CACHES,
             "default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": url},
         }
-        reset_store()
+        replace_runtime(handover=False)
         web = RejectionLog()
         try:
             web.add("api", "ip:192.0.2.1", "reject")
@@ -541,7 +541,7 @@ def test_the_acl_user_with_the_recording_commands_is_enough(settings, redis_serv
             assert collect() == 1
         finally:
             web.discard()
-            reset_store()
+            replace_runtime(handover=False)
         assert totals() == {("api", "reject"): 1}
         assert denied(redis_server.port) == []
     finally:
@@ -627,12 +627,12 @@ def test_the_dashboard_and_throttle_flush_see_another_process_s_counts(admin_cli
 def test_a_cluster_store_shares_counts_through_one_slot(settings):
     from redis.cluster import RedisCluster
 
-    from django_throttle.store import reset_store
+    from django_throttle.runtime import replace_runtime
     from tests.redis_topology import ClusterHarness
 
     with ClusterHarness() as cluster:
         settings.DJANGO_THROTTLE = {**settings.DJANGO_THROTTLE, "CLUSTER_URL": cluster.url}
-        reset_store()
+        replace_runtime(handover=False)
         web = RejectionLog()
         minute = int(time.time()) // 60 * 60
         try:
@@ -642,7 +642,7 @@ def test_a_cluster_store_shares_counts_through_one_slot(settings):
             assert flush() == 5
         finally:
             web.discard()
-            reset_store()
+            replace_runtime(handover=False)
         assert totals() == {("api", "reject"): 5}
         with RedisCluster.from_url(cluster.url) as client:
             assert client.exists(counts_key()) == 0  # folded

@@ -315,10 +315,10 @@ def store_now() -> datetime | None:
     if not conf.uses_redis:
         return None
     try:
-        seconds, micros = get_store().client.time()  # type: ignore[attr-defined]
+        seconds = get_store().server_time()
     except Exception:
         return None
-    return datetime.fromtimestamp(int(seconds) + int(micros) / 1e6, timezone.utc)
+    return datetime.fromtimestamp(seconds, timezone.utc)
 
 
 def collect_counts() -> None:

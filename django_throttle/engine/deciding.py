@@ -10,8 +10,7 @@ from ..compiled import CompiledRule
 from ..conf import conf
 from ..decision import Decision, from_results, unavailable
 from ..rules import clients_reset
-from ..store import Check, Result, get_store
-from ..store.fallback import StoreUnavailable, adecide_guarded, decide_guarded
+from ..store import Check, Result, StoreUnavailable, get_store
 from .block_cache import Blocked, never_admitted, remember, remembered
 
 
@@ -25,7 +24,7 @@ def decide(
     known = _known(checks, dry_run, blocked)
     if known is not None:
         return known
-    return _learn(checks, decide_guarded(get_store, checks, dry_run), dry_run, blocked)
+    return _learn(checks, get_store().decide(checks, dry_run), dry_run, blocked)
 
 
 async def adecide(
@@ -36,7 +35,7 @@ async def adecide(
     known = _known(checks, dry_run, blocked)
     if known is not None:
         return known
-    return _learn(checks, await adecide_guarded(get_store, checks, dry_run), dry_run, blocked)
+    return _learn(checks, await get_store().adecide(checks, dry_run), dry_run, blocked)
 
 
 def inspect(rules: Sequence[CompiledRule], key: str) -> list[Result]:
@@ -44,7 +43,7 @@ def inspect(rules: Sequence[CompiledRule], key: str) -> list[Result]:
     (none without rules); the store's error is raised. Overrides are the caller's (rule_for)."""
     if not rules:
         return []
-    return get_store().decide([Check(rule, key) for rule in rules], dry_run=True)
+    return get_store().inspect([Check(rule, key) for rule in rules])
 
 
 def reset_rules(rules: Sequence[CompiledRule], key: str) -> int:

@@ -7,26 +7,17 @@ have given back stays counted, which can only limit more, never less."""
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from asgiref.sync import sync_to_async
-from redis.exceptions import TryAgainError
 
 from ..choices import Algorithm
 from ..conf import conf
 from ..costs import valid_cost
 from ..rules import clients_reset
-from ..runtime import runtime
 from ..store import Check, Result, get_store
-from ..store.breaker import CLOSED, Breaker
-from ..store.errors import STORE_ERRORS
-from ..store.fallback import async_store, breaker, breaker_moved, by_node, local_fallback
 from .state import take_back
-
-logger = logging.getLogger("django_throttle")
 
 _CONCURRENCY = str(Algorithm.CONCURRENCY)
 
@@ -65,21 +56,9 @@ async def arefund_request(request: Any, scope: str, cost: int) -> int:
 
 
 def give_back(refunds: Sequence[Refund], announce: bool = False) -> None:
-    """Refund these checks where they were decided (``announce``: see _split)."""
-    remote = _split(refunds, announce)
-    if remote:
-        with _guarded(breaker) as allowed:
-            if allowed:
-                store = get_store()
-                for refund in remote:
-                    # On a cluster, each master's part behind its own breaker.
-                    for guard, checks in by_node(store, refund.checks):
-                        if guard is None:
-                            store.refund(checks, refund.at)
-                            continue
-                        with _guarded(guard) as node_allowed:
-                            if node_allowed:
-                                store.refund(checks, refund.at)
+    """Refund these checks where they were decided (``announce``: see _announce)."""
+    _announce(refunds, announce)
+    get_store().refund(refunds)
 
 
 async def agive_back(refunds: Sequence[Refund], announce: bool = False) -> None:
@@ -87,58 +66,19 @@ async def agive_back(refunds: Sequence[Refund], announce: bool = False) -> None:
     if not conf.uses_redis:
         give_back(refunds, announce)
         return
-    remote = _split(refunds, announce, on_loop=True)
-    if remote:
-        with _guarded(breaker) as allowed:
-            if allowed:
-                store = await async_store()
-                for refund in remote:
-                    for guard, checks in by_node(store, refund.checks):
-                        if guard is None:
-                            await store.refund(checks, refund.at)
-                            continue
-                        with _guarded(guard) as node_allowed:
-                            if node_allowed:
-                                await store.refund(checks, refund.at)
+    _announce(refunds, announce, on_loop=True)
+    await get_store().arefund(refunds)
 
 
-@contextmanager
-def _guarded(breaker: Breaker) -> Iterator[bool]:
-    """A breaker around the store calls of a refund (the store's, or on a cluster a master's):
-    whether they may be made; a store error is reported to it and the refund dropped, never
-    raised."""
-    token = breaker.allow()
-    if token is None:
-        _dropped("the store is unavailable")
-        yield False
-        return
-    try:
-        yield True
-    except TryAgainError as exc:
-        _dropped(repr(exc))  # a slot migrating: this refund only, not an outage
-        return
-    except STORE_ERRORS as exc:
-        breaker.failed(exc, token)
-        breaker_moved()
-        _dropped(repr(exc))
-        return
-    except BaseException:
-        breaker.abandoned(token)
-        raise
-    if breaker.state != CLOSED:  # this call may be the probe that closes the breaker
-        breaker.succeeded(token)
-        breaker_moved()
-    runtime().part(Dropping).said = False
-
-
-def _split(refunds: Sequence[Refund], announce: bool, on_loop: bool = False) -> list[Refund]:
-    """Give back the local fallback's refunds here and now; return the store's. With
-    ``announce`` (a refund asked for: refund(), refund_key()), the clients given back to are
-    forgotten by every process's block cache: they may fit again (from an event loop, which
-    must not wait on a sync client, announced at the next refresh). What the engine gives back
-    of a request it just admitted (a delay turned away, a lease's end) is not announced: it was
-    taken moments ago, and a flood of turned-away requests would otherwise empty every
+def _announce(refunds: Sequence[Refund], announce: bool, on_loop: bool = False) -> None:
+    """With ``announce`` (a refund asked for: refund(), refund_key()), the clients given back
+    to are forgotten by every process's block cache: they may fit again (from an event loop,
+    which must not wait on a sync client, announced at the next refresh). What the engine gives
+    back of a request it just admitted (a delay turned away, a lease's end) is not announced:
+    it was taken moments ago, and a flood of turned-away requests would otherwise empty every
     process's block cache and add a store call each."""
+    if not announce:
+        return
     given = [
         check.rule.state_prefix + check.identity
         for refund in refunds
@@ -146,31 +86,5 @@ def _split(refunds: Sequence[Refund], announce: bool, on_loop: bool = False) -> 
         # Only what a block cache can hold: a concurrency lease's end is never announced.
         if check.rule.enforcing and check.rule.algorithm != _CONCURRENCY
     ]
-    if given and announce:
+    if given:
         clients_reset(given, announce=not on_loop)
-    remote = []
-    for refund in refunds:
-        if refund.local:
-            local_fallback.refund(refund.checks, refund.at)
-        elif refund.checks:
-            remote.append(refund)
-    return remote
-
-
-class Dropping:
-    """Whether a refund failed and no store call has worked since: said once."""
-
-    def __init__(self) -> None:
-        self.said = False
-
-
-def _dropped(why: str) -> None:
-    dropping = runtime().part(Dropping)
-    if dropping.said:
-        return
-    dropping.said = True
-    logger.warning(
-        "django_throttle: a refund could not be made (%s); what it would give back stays "
-        "counted until its window or lease ends (said once until refunds work again)",
-        why,
-    )

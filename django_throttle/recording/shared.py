@@ -5,16 +5,12 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from importlib import resources
 from typing import Any
-
-from redis.exceptions import NoScriptError
 
 from ..conf import conf
 from ..store import get_store
 from ..store.errors import STORE_ERRORS
-from ..store.fallback import breaker, node_open
-from ..store.redis import sha1
+from ..store.handover import CountsLink
 from .database import NAMED_PER_PERIOD, NAMED_PER_RULE, Counts, Entry
 from .text import OVERFLOW_DISPLAY, OVERFLOW_KEY
 
@@ -26,15 +22,6 @@ NAMED_TTL = 2 * 3600  # seconds a minute's named clients are remembered (late co
 FOLD_TTL = 3600  # seconds a taken hash stays, for its folder to read it after a Redis error
 
 
-def _load(name: str) -> tuple[str, str]:
-    source = resources.files("django_throttle.store").joinpath("lua", name).read_text("utf-8")
-    return source, sha1(source)
-
-
-PUSH_SOURCE, PUSH_SHA = _load("push.lua")
-TAKE_SOURCE, TAKE_SHA = _load("take.lua")
-
-
 class PushFailed(Exception):
     """Redis refused or missed some counts; ``rest`` holds those not added."""
 
@@ -44,19 +31,11 @@ class PushFailed(Exception):
         self.cause = cause
 
 
-def client() -> Any | None:
-    """The store's Redis client, or None when counts stay in the process (the memory
+def client() -> CountsLink | None:
+    """Where counts are handed on, or None when they stay in the process (the memory
     backend), the store cannot be built, or a breaker says Redis (on a cluster: the master
     of these counts' slot) failed moments ago."""
-    if not conf.uses_redis or breaker.is_open():
-        return None
-    try:
-        store = get_store()
-    except Exception:  # settings the system checks report; recording must not raise
-        return None
-    if node_open(store, counts_key()):
-        return None
-    return getattr(store, "client", None)
+    return get_store().counts_link(counts_key())
 
 
 def _base() -> str:
@@ -72,20 +51,12 @@ def named_key(minute: int) -> str:
     return f"{_base()}:n:{minute}"
 
 
-def _run(redis: Any, sha: str, source: str, keys: list[str], args: list[Any]) -> Any:
-    try:
-        return redis.evalsha(sha, len(keys), *keys, *args)
-    except NoScriptError:  # after a restart, a failover or SCRIPT FLUSH
-        redis.script_load(source)
-        return redis.evalsha(sha, len(keys), *keys, *args)
-
-
 def field_of(entry: Entry, display: str) -> str:
     rule, key, action, minute = entry
     return json.dumps([minute, rule, action, key, display])
 
 
-def push(redis: Any, counts: Counts) -> int:
+def push(redis: CountsLink, counts: Counts) -> int:
     """Add the counts to the waiting hash; return how many went to ``(other clients)``.
 
     Raises PushFailed with the counts not added. A call that timed out may have been run
@@ -113,25 +84,25 @@ def push(redis: Any, counts: Counts) -> int:
             ]
         keys = [counts_key(), *(named_key(minute) for minute in minutes)]
         try:
-            other += int(_run(redis, PUSH_SHA, PUSH_SOURCE, keys, args))
+            other += int(redis.push(keys, args))
         except STORE_ERRORS as exc:
             raise PushFailed(dict(items[start:]), exc) from exc
     return other
 
 
-def take(redis: Any) -> str | None:
+def take(redis: CountsLink) -> str | None:
     """Take every waiting count for this fold: the key now holding them, or None."""
     key = f"{_base()}:f:{uuid.uuid4().hex}"
-    taken = _run(redis, TAKE_SHA, TAKE_SOURCE, [counts_key(), key], [FOLD_TTL * 1000])
+    taken = redis.take([counts_key(), key], [FOLD_TTL * 1000])
     return key if taken else None
 
 
-def read(redis: Any, key: str) -> Counts:
+def read(redis: CountsLink, key: str) -> Counts:
     """The counts under a taken key. A field that is not ours (another version's, or
     damaged) is skipped and logged: it must not hold back the others."""
     fields: dict[bytes, bytes] = {}
     # HSCAN may return a field twice; the dict keeps one.
-    for name, value in redis.hscan_iter(key, count=READ_CHUNK):
+    for name, value in redis.scan(key, READ_CHUNK):
         fields[name] = value
     counts: Counts = {}
     for name, value in fields.items():
@@ -150,5 +121,5 @@ def read(redis: Any, key: str) -> Counts:
     return counts
 
 
-def forget(redis: Any, key: str) -> None:
+def forget(redis: CountsLink, key: str) -> None:
     redis.delete(key)

@@ -22,14 +22,12 @@ from typing import Any
 
 from django.db import DatabaseError, connection, connections, transaction
 from django.db.models import Count, Max
-from redis.exceptions import ConnectionError
 
 from ..compiled import CompiledRule, compile_rule, with_overrides
 from ..conf import conf
 from ..models import Override, Rule
 from ..runtime import current, runtime
 from ..store import get_store
-from ..store.fallback import breaker, node_open
 from .ruleset import RuleSet
 
 logger = logging.getLogger("django_throttle")
@@ -58,31 +56,23 @@ class RedisVersion:
         self.key = f"{conf.KEY_PREFIX}:rules:version"
         self.blocks_key = same_slot(self.key, "blocks")
 
-    def _client(self) -> Any:
-        # The store's client, with the decision timeouts rather than the cache's (seconds, or
-        # none): a hung server must not hold a request at every refresh.
-        return get_store().client  # type: ignore[attr-defined]
-
     def read(self) -> Any:
         return self.read_tokens()[0]
 
     def read_tokens(self) -> tuple[Any, Any]:
         """The rules version and the blocks token, in one round trip."""
         # The store (on a cluster: these keys' master) failed moments ago: keep the rules,
-        # don't wait on it.
-        if breaker.is_open() or node_open(get_store(), self.key):
-            raise ConnectionError("the store is unavailable (circuit breaker open)")
-        version, blocks = self._client().mget([self.key, self.blocks_key])
-        return version, blocks
+        # don't wait on it (ConnectionError).
+        return get_store().read_tokens(self.key, self.blocks_key)
 
     def bump(self) -> None:
-        self._client().set(self.key, uuid.uuid4().hex, ex=VERSION_KEY_TTL)
+        get_store().write_token(self.key, uuid.uuid4().hex, VERSION_KEY_TTL)
 
     def bump_blocks(self) -> None:
         # Retried at the next refresh rather than waited on now.
-        if breaker.is_open() or node_open(get_store(), self.blocks_key):
-            raise ConnectionError("the store is unavailable (circuit breaker open)")
-        self._client().set(self.blocks_key, uuid.uuid4().hex, ex=VERSION_KEY_TTL)
+        get_store().write_token(
+            self.blocks_key, uuid.uuid4().hex, VERSION_KEY_TTL, unless_open=True
+        )
 
 
 class DatabaseVersion:

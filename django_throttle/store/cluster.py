@@ -1,27 +1,5 @@
-"""Decisions on a Redis Cluster (``DJANGO_THROTTLE["CLUSTER_URL"]``).
-
-A state key's hash tag is its client's digest (keyspace.client_tag), so clients
-spread over the cluster's slots and every rule of one client shares a slot. The
-checks of a request are grouped by slot: one group (the usual case: every rule
-keys on the same client) is one EVALSHA on its master; several groups are sent
-to their masters all at once and their replies read afterwards, so the wall time
-is one round trip, not one per slot.
-
-All or nothing across slots: each group commits only if all its enforcing checks
-admit the request (decide.lua). If another group rejected it, the groups that
-committed are refunded by a second call (refund.lua). Between the two calls,
-another request of the same client can see the reservation: for about one round
-trip, a count is higher than it will be.
-
-Each master has a circuit breaker of its own (``node_breakers``): store/fallback.py sends
-a group only if its master's breaker lets it, and applies the fail modes to the groups whose
-master failed, so a master that is down, hung or full affects only the clients whose slots
-it holds.
-
-Redirections are followed: ``MOVED`` (the slot has a new owner: the slot map is
-read again) and ``ASK`` (the slot is migrating: this one call goes to the target
-with ``ASKING``). A connection error or ``CLUSTERDOWN`` marks the slot map stale;
-it is read again before the next decision, which finds a promoted replica.
+"""Decisions on a Redis Cluster (``CLUSTER_URL``): a request's checks by slot group, all sent
+before any reply is read, all or nothing across groups (docs/deploying.md, "Redis Cluster").
 """
 
 from __future__ import annotations
@@ -43,13 +21,7 @@ from ..conf import conf
 from ..keyspace import BLOCK_SUFFIX, client_tag
 from .base import Check, Result, state_key
 from .breaker import NodeBreakers
-from .connections import (
-    AsyncConnectionStack,
-    ConnectionStack,
-    acall,
-    call,
-    keeps,
-)
+from .connections import AsyncConnectionStack, ConnectionStack, acall, call, keeps
 from .errors import STORE_ERRORS
 from .redis import (
     CLOCK_MISS,
@@ -65,13 +37,15 @@ from .redis import (
     parse_reply,
     refund_input,
 )
+from .steps import Steps, adrive, drive
 
 logger = logging.getLogger("django_throttle")
 
 SLOTS = 16384
 
-# The process's breakers of cluster nodes, shared by the sync store and every event loop's.
-node_breakers = NodeBreakers(lambda: conf.BREAKER_INTERVAL)
+
+def _breaker_interval() -> float:
+    return conf.BREAKER_INTERVAL
 
 
 def slot_of_tag(tag: str) -> int:
@@ -199,15 +173,103 @@ def _to_give_back(plan: Plan, replies: Sequence[Any]) -> list[tuple[int, list[Ch
     ]
 
 
-class ClusterStore:
-    """Decisions on a Redis Cluster, through redis-py's RedisCluster for the slot map."""
+class _Cluster:
+    """What the sync and the asyncio cluster stores share: the slot map's masters, what a
+    failure says of it, and the steps (store/steps.py) of a redirection, of a request's
+    settling and of a refund, which each store drives with its own I/O."""
+
+    _call: Any  # connections.call or acall: one command on a connection
+    _stacks: dict[str, Any]
 
     def __init__(self, client: Any) -> None:
         self.client = client  # reset, the rules version, the slot map
-        self._stacks: dict[str, ConnectionStack] = {}
+        # The masters' breakers (GuardedStore gives its own, shared with each loop's store):
+        # those of the nodes a slot map no longer names are forgotten when it is read.
+        self.node_breakers = NodeBreakers(_breaker_interval)
+        self._stacks = {}
+        self._ready = True  # whether the slot map was read once (redis.asyncio reads it late)
         self._stale = False
         self._suspect: str | None = None  # the node whose failure made the slot map stale
         self.clock = ServerClock()
+
+    def node_of_slot(self, slot: int) -> str | None:
+        """The address of the slot's master, as the slot map last read says; None if unknown."""
+        return _node_of_slot(self.client.nodes_manager, slot)
+
+    def node_of_key(self, key: str) -> str | None:
+        return self.node_of_slot(key_slot(key.encode("utf-8")))
+
+    def _stack(self, node: Any) -> Any:
+        raise NotImplementedError
+
+    def _refresh(self) -> Any:
+        raise NotImplementedError
+
+    def _master(self, slot: int) -> Any:
+        return self._stack(master_of(self.client.nodes_manager, slot))
+
+    def _failed(self, exc: BaseException, slot: int) -> None:
+        if not isinstance(exc, ResponseError) or not keeps(exc):
+            self._stale = True  # a node gone or demoted: read the slot map before next time
+            self._suspect = self.node_of_slot(slot)
+
+    def _redirected(
+        self, exc: AskError, slot: int, sha: str, source: str, args: list[Any]
+    ) -> Steps[Any]:
+        """A script call after a redirection: ``MOVED``, again on the slot's new master once
+        the slot map is read again; ``ASK``, on the node named, with ``ASKING``."""
+        if isinstance(exc, MovedError):
+            yield self._refresh, ()
+            return (yield self._master(slot).run_script, (sha, source, *args))
+        manager = self.client.nodes_manager
+        node = manager.get_node(host=exc.host, port=exc.port)
+        if node is None:
+            yield self._refresh, ()
+            node = manager.get_node(host=exc.host, port=exc.port)
+        if node is None:
+            raise MovedError(f"0 {exc.host}:{exc.port}")  # an address the cluster does not know
+        stack = self._stack(node)
+        conn = yield stack.take, ()
+        try:
+            try:
+                yield self._call, (conn, ("ASKING",))
+                reply = yield self._call, (conn, ("EVALSHA", sha, *args))
+            except NoScriptError:
+                yield self._call, (conn, ("SCRIPT", "LOAD", source))
+                yield self._call, (conn, ("ASKING",))
+                reply = yield self._call, (conn, ("EVALSHA", sha, *args))
+        except ResponseError as error:
+            yield stack.settle, (conn, error)
+            raise
+        except BaseException as error:
+            yield stack.lost, (conn, error)
+            raise
+        stack.give(conn)
+        return reply
+
+    def _settling(self, plan: Plan, replies: list[Any], dry_run: bool) -> Steps[list[Result]]:
+        """The results of a request every group answered (or raise the first group's error),
+        after refunding the groups that committed a request not admitted as a whole."""
+        if len(replies) == 1:
+            (reply,) = replies
+            if isinstance(reply, BaseException):
+                raise reply
+            return parse_reply(plan.checks, reply)
+        error = _first_error(replies)
+        rejected = error is not None or any(r[1] == 0 for r in replies)
+        refunded: set[int] = set()
+        if rejected and not dry_run:
+            refunded = yield self.refund_committed, (plan, replies)  # type: ignore[attr-defined]
+        if error is not None:
+            raise error
+        return assemble(plan, replies, refunded)
+
+
+class ClusterStore(_Cluster):
+    """Decisions on a Redis Cluster, through redis-py's RedisCluster for the slot map."""
+
+    _call = staticmethod(call)
+    _stacks: dict[str, ConnectionStack]
 
     @classmethod
     def from_url(cls, url: str) -> ClusterStore:
@@ -230,14 +292,7 @@ class ClusterStore:
             self._stale = True
             raise
         self._suspect = None
-        node_breakers.keep(self.client.nodes_manager.nodes_cache)
-
-    def node_of_slot(self, slot: int) -> str | None:
-        """The address of the slot's master, as the slot map last read says; None if unknown."""
-        return _node_of_slot(self.client.nodes_manager, slot)
-
-    def node_of_key(self, key: str) -> str | None:
-        return self.node_of_slot(key_slot(key.encode("utf-8")))
+        self.node_breakers.keep(self.client.nodes_manager.nodes_cache)
 
     def _stack(self, node: Any) -> ConnectionStack:
         # By address: a refreshed slot map may bring new node objects for the same server.
@@ -247,55 +302,16 @@ class ClusterStore:
             stack = self._stacks.setdefault(node.name, stack)
         return stack
 
-    def _master(self, slot: int) -> ConnectionStack:
-        return self._stack(master_of(self.client.nodes_manager, slot))
-
-    def _node_at(self, host: str, port: int) -> ConnectionStack:
-        node = self.client.nodes_manager.get_node(host=host, port=port)
-        if node is None:
-            self._refresh()
-            node = self.client.nodes_manager.get_node(host=host, port=port)
-        if node is None:
-            raise MovedError(f"0 {host}:{port}")  # an address the cluster does not know
-        return self._stack(node)
-
-    def _failed(self, exc: BaseException, slot: int) -> None:
-        if not isinstance(exc, ResponseError) or not keeps(exc):
-            self._stale = True  # a node gone or demoted: read the slot map before next time
-            self._suspect = self.node_of_slot(slot)
-
     def _run(self, slot: int, sha: str, source: str, args: list[Any]) -> Any:
         """One script call on the slot's master, following one redirection."""
         try:
             try:
                 return self._master(slot).run_script(sha, source, *args)
-            except MovedError:
-                self._refresh()
-                return self._master(slot).run_script(sha, source, *args)
-            except AskError as exc:
-                return self._asking(self._node_at(exc.host, exc.port), sha, source, args)
+            except AskError as exc:  # MOVED too
+                return drive(self._redirected(exc, slot, sha, source, args))
         except BaseException as exc:
             self._failed(exc, slot)
             raise
-
-    def _asking(self, stack: ConnectionStack, sha: str, source: str, args: list[Any]) -> Any:
-        conn = stack.take()
-        try:
-            try:
-                call(conn, ("ASKING",))
-                reply = call(conn, ("EVALSHA", sha, *args))
-            except NoScriptError:
-                call(conn, ("SCRIPT", "LOAD", source))
-                call(conn, ("ASKING",))
-                reply = call(conn, ("EVALSHA", sha, *args))
-        except ResponseError as exc:
-            stack.settle(conn, exc)
-            raise
-        except BaseException as exc:
-            stack.lost(conn, exc)
-            raise
-        stack.give(conn)
-        return reply
 
     def decide(self, checks: Sequence[Check], dry_run: bool = False) -> list[Result]:
         if not checks:
@@ -346,19 +362,8 @@ class ClusterStore:
         return reply
 
     def settle(self, plan: Plan, replies: list[Any], dry_run: bool) -> list[Result]:
-        """The results of a request every group answered (or raise the first group's error),
-        after refunding the groups that committed a request not admitted as a whole."""
-        if len(replies) == 1:
-            (reply,) = replies
-            if isinstance(reply, BaseException):
-                raise reply
-            return parse_reply(plan.checks, reply)
-        error = _first_error(replies)
-        rejected = error is not None or any(r[1] == 0 for r in replies)
-        refunded = self.refund_committed(plan, replies) if rejected and not dry_run else set()
-        if error is not None:
-            raise error
-        return assemble(plan, replies, refunded)
+        """_Cluster._settling(), driven."""
+        return drive(self._settling(plan, replies, dry_run))
 
     def refund_committed(self, plan: Plan, replies: Sequence[Any]) -> set[int]:
         """Give back what the groups that committed took, for a request not admitted as a
@@ -446,16 +451,15 @@ class ClusterStore:
             self._run(slot, REFUND_SHA, REFUND_SOURCE, refund_input(group, at))
 
 
-class AsyncClusterStore:
+class AsyncClusterStore(_Cluster):
     """The same through redis.asyncio's RedisCluster; groups are awaited together."""
 
+    _call = staticmethod(acall)
+    _stacks: dict[str, AsyncConnectionStack]
+
     def __init__(self, client: Any) -> None:
-        self.client = client
-        self._stacks: dict[str, AsyncConnectionStack] = {}
+        super().__init__(client)
         self._ready = False
-        self._stale = False
-        self._suspect: str | None = None
-        self.clock = ServerClock()
 
     @classmethod
     def from_url(cls, url: str) -> AsyncClusterStore:
@@ -484,14 +488,7 @@ class AsyncClusterStore:
             self._stale = True
             raise
         self._suspect = None
-        node_breakers.keep(self.client.nodes_manager.nodes_cache)
-
-    def node_of_slot(self, slot: int) -> str | None:
-        """The address of the slot's master, as the slot map last read says; None if unknown."""
-        return _node_of_slot(self.client.nodes_manager, slot)
-
-    def node_of_key(self, key: str) -> str | None:
-        return self.node_of_slot(key_slot(key.encode("utf-8")))
+        self.node_breakers.keep(self.client.nodes_manager.nodes_cache)
 
     def _stack(self, node: Any) -> AsyncConnectionStack:
         stack = self._stacks.get(node.name)
@@ -501,53 +498,15 @@ class AsyncClusterStore:
             stack = self._stacks[node.name] = AsyncConnectionStack(node, **kwargs)
         return stack
 
-    def _master(self, slot: int) -> AsyncConnectionStack:
-        return self._stack(master_of(self.client.nodes_manager, slot))
-
-    def _failed(self, exc: BaseException, slot: int) -> None:
-        if not isinstance(exc, ResponseError) or not keeps(exc):
-            self._stale = True
-            self._suspect = self.node_of_slot(slot)
-
     async def _run(self, slot: int, sha: str, source: str, args: list[Any]) -> Any:
         try:
             try:
                 return await self._master(slot).run_script(sha, source, *args)
-            except MovedError:
-                await self._refresh()
-                return await self._master(slot).run_script(sha, source, *args)
-            except AskError as exc:
-                node = self.client.nodes_manager.get_node(host=exc.host, port=exc.port)
-                if node is None:
-                    await self._refresh()
-                    node = self.client.nodes_manager.get_node(host=exc.host, port=exc.port)
-                if node is None:
-                    raise
-                return await self._asking(self._stack(node), sha, source, args)
+            except AskError as exc:  # MOVED too
+                return await adrive(self._redirected(exc, slot, sha, source, args))
         except BaseException as exc:
             self._failed(exc, slot)
             raise
-
-    async def _asking(
-        self, stack: AsyncConnectionStack, sha: str, source: str, args: list[Any]
-    ) -> Any:
-        conn = await stack.take()
-        try:
-            try:
-                await acall(conn, ("ASKING",))
-                reply = await acall(conn, ("EVALSHA", sha, *args))
-            except NoScriptError:
-                await acall(conn, ("SCRIPT", "LOAD", source))
-                await acall(conn, ("ASKING",))
-                reply = await acall(conn, ("EVALSHA", sha, *args))
-        except ResponseError as exc:
-            await stack.settle(conn, exc)
-            raise
-        except BaseException as exc:
-            await stack.lost(conn, exc)
-            raise
-        stack.give(conn)
-        return reply
 
     async def decide(self, checks: Sequence[Check], dry_run: bool = False) -> list[Result]:
         if not checks:
@@ -586,18 +545,8 @@ class AsyncClusterStore:
         return replies
 
     async def settle(self, plan: Plan, replies: list[Any], dry_run: bool) -> list[Result]:
-        """ClusterStore.settle()."""
-        if len(replies) == 1:
-            (reply,) = replies
-            if isinstance(reply, BaseException):
-                raise reply
-            return parse_reply(plan.checks, reply)
-        error = _first_error(replies)
-        rejected = error is not None or any(r[1] == 0 for r in replies)
-        refunded = await self.refund_committed(plan, replies) if rejected and not dry_run else set()
-        if error is not None:
-            raise error
-        return assemble(plan, replies, refunded)
+        """_Cluster._settling(), driven."""
+        return await adrive(self._settling(plan, replies, dry_run))
 
     async def refund_committed(self, plan: Plan, replies: Sequence[Any]) -> set[int]:
         """ClusterStore.refund_committed(), the refunds awaited together."""

@@ -258,21 +258,6 @@ class AsyncConnectionStack:
     def give(self, conn: Any) -> None:
         self._idle.append(conn)
 
-    async def execute(self, *args: Any) -> Any:
-        conn = await self.take()
-        try:
-            reply = await self._bounded(acall(conn, args))
-        except ResponseError as exc:
-            await self.settle(conn, exc)
-            raise
-        except BaseException as exc:
-            # Cancelled (the client went away) or broken halfway: the reply may still
-            # arrive on this socket, so it is closed, never reused.
-            await self.lost(conn, exc)
-            raise
-        self._idle.append(conn)
-        return reply
-
     async def run_script(self, sha: str, source: str, *args: Any) -> Any:
         return await self.run_packed(("EVALSHA", sha, *args), source)
 

@@ -6,7 +6,7 @@ import hashlib
 import time
 from collections.abc import Sequence
 from importlib import resources
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import unquote, urlparse
 
 import redis.asyncio
@@ -19,12 +19,13 @@ from redis.exceptions import NoScriptError, RedisError
 from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
+from ..choices import ALGORITHMS_WITH_BURST
 from ..compiled import CompiledRule
 from ..conf import conf
 from ..keyspace import ALGORITHM_CODES, BLOCK_SUFFIX, CALENDAR_CODE, client_tag
-from ..resp import array, bulk
 from .base import Check, Result, state_key
 from .connections import AsyncConnectionStack, ConnectionStack
+from .wire import array, bulk
 
 US = 1_000_000
 REPLY_FIELDS = 4  # per check in decide.lua's reply
@@ -286,6 +287,40 @@ class CalendarMissError(RedisError):
         )
 
 
+class RuleArgs(NamedTuple):
+    """A rule's part of decide.lua's arguments (its header): those before a check's cost and
+    after it (a calendar window's four starts follow, computed per call); the same framed in
+    the Redis protocol; and how many there are in all."""
+
+    head: tuple[str | int, ...]
+    tail: tuple[int, ...]
+    wire_head: bytes
+    wire_tail: bytes
+    n_args: int
+
+
+def rule_args(rule: CompiledRule) -> RuleArgs:
+    """The rule's RuleArgs, made once per compiled rule and kept on it (``store_args``): a
+    request only joins them."""
+    found: RuleArgs | None = rule.store_args
+    if found is not None:
+        return found
+    code = ALGORITHM_CODES[rule.algorithm] if rule.calendar is None else CALENDAR_CODE
+    # A shadow rule's limit and a blocking rule's period go negative.
+    head = (
+        code,
+        rule.limit if rule.enforcing else -rule.limit,
+        -rule.period if rule.block else rule.period,
+    )
+    tail: tuple[int, ...] = (rule.block,) if rule.block else ()
+    if rule.algorithm in ALGORITHMS_WITH_BURST:
+        tail += (rule.burst,)
+    n_args = len(head) + 1 + len(tail) + (0 if rule.calendar is None else 4)
+    made = RuleArgs(head, tail, bulk(*head), bulk(*tail), n_args)
+    object.__setattr__(rule, "store_args", made)  # a cache: the rule is frozen otherwise
+    return made
+
+
 def decide_input(checks: Sequence[Check], dry_run: bool, clock: ServerClock) -> list[Any]:
     """The number of keys, KEYS and ARGV of decide.lua, as EVALSHA takes them."""
     keys, args = script_input(checks, dry_run, clock)
@@ -304,18 +339,19 @@ def script_input(
         keys.append(key)
         if rule.block:
             keys.append(key + BLOCK_SUFFIX)
-        args += rule.argv_head
+        own = rule.store_args or rule_args(rule)
+        args += own.head
         args.append(check.cost)
-        args += rule.argv_tail
+        args += own.tail
         if rule.calendar is not None:
             args += rule.calendar.starts(clock.now())
     return keys, args
 
 
 def packed_decide(checks: Sequence[Check], dry_run: bool, clock: ServerClock) -> bytes:
-    """decide_input()'s EVALSHA as the bytes sent on the wire: each rule's arguments were
-    framed when it was compiled (CompiledRule.wire_head, wire_tail), so a request joins a few
-    byte strings instead of encoding and framing every argument."""
+    """decide_input()'s EVALSHA as the bytes sent on the wire: each rule's arguments are
+    framed once (rule_args), so a request joins a few byte strings instead of encoding and
+    framing every argument."""
     keys = []
     args = [_DRY] if dry_run else []
     n_args = len(args)
@@ -325,12 +361,13 @@ def packed_decide(checks: Sequence[Check], dry_run: bool, clock: ServerClock) ->
         keys.append(b"$%d\r\n%s\r\n" % (len(key), key))
         if rule.block:
             keys.append(b"$%d\r\n%s%s\r\n" % (len(key) + _BLOCK_LEN, key, _BLOCK_SUFFIX))
-        args.append(rule.wire_head)
+        own = rule.store_args or rule_args(rule)
+        args.append(own.wire_head)
         args.append(_COST_ONE if check.cost == 1 else bulk(check.cost))
-        args.append(rule.wire_tail)
+        args.append(own.wire_tail)
         if rule.calendar is not None:
             args.append(bulk(*rule.calendar.starts(clock.now())))
-        n_args += rule.wire_args
+        n_args += own.n_args
     head = array(3 + len(keys) + n_args) + _EVALSHA_DECIDE + _bulk_int(len(keys))
     return b"".join([head, *keys, *args])
 
@@ -396,6 +433,6 @@ _EVALSHA_DECIDE = bulk("EVALSHA", DECIDE_SHA)
 _DRY, _COST_ONE = bulk("dry"), bulk(1)
 _BLOCK_SUFFIX = BLOCK_SUFFIX.encode("ascii")
 _BLOCK_LEN = len(_BLOCK_SUFFIX)
-_SMALL = [bulk(i) for i in range(32)]
+_SMALL = tuple(bulk(i) for i in range(32))
 REFUND_SOURCE = load_lua("refund.lua")
 REFUND_SHA = sha1(REFUND_SOURCE)
