@@ -261,9 +261,9 @@ def main() -> None:
                 row.append(slowest_after(app, environ, event(), 2 * REFRESH))
             waits[name] = row
 
-        from django_throttle import recording
+        from django_throttle import rejection_log
 
-        recording.collect()
+        rejection_log.collect()
         harness.print_machine("google-re2")
         print(f"\n## throttle_import of {options.rules} rules (SQLite, a file)\n")
         harness.table(

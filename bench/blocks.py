@@ -104,9 +104,9 @@ def main() -> None:
                     )
                 )
         client.close()
-        from django_throttle import recording
+        from django_throttle import rejection_log
 
-        recording.collect()  # while the server is up: nothing left for the exit's flush
+        rejection_log.collect()  # while the server is up: nothing left for the exit's flush
         harness.print_machine()
         print(f"\n## A flood from one client, {options.requests} requests per row\n")
         harness.table(

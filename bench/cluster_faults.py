@@ -29,7 +29,7 @@ def urls() -> None:
 
 
 def slot_master(cluster: Any, identity: str) -> int:
-    from django_throttle.keyspace import client_tag
+    from django_throttle.state_keys import client_tag
     from django_throttle.store.cluster import slot_of_tag
 
     return int(cluster.node_for_slot(slot_of_tag(client_tag(identity))))

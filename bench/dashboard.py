@@ -101,7 +101,7 @@ def recreate_postgres_database(drop_only: bool = False) -> None:
 
 def periods(now: int) -> Iterator[tuple[int, int]]:
     """(start, minutes) of every period of one rule, newest first, as the log keeps them."""
-    from django_throttle.recording import LEVELS
+    from django_throttle.rejection_log import LEVELS
 
     two_hours, quarters = LEVELS  # the longest level first
     cut_quarters = int(now - quarters.after) // (quarters.minutes * 60) * quarters.minutes * 60
@@ -128,7 +128,7 @@ def rows(total: int, rules: int, now: int) -> Iterator[tuple[Any, ...]]:
     compaction keeps; plus each rule's ``(other clients)``."""
     from datetime import datetime, timezone
 
-    from django_throttle.recording import (
+    from django_throttle.rejection_log import (
         NAMED_PER_PERIOD,
         NAMED_PER_RULE,
         OVERFLOW_DISPLAY,
@@ -294,7 +294,7 @@ def main() -> None:
             from django.db import connection
 
             from django_throttle.models import Rejection
-            from django_throttle.recording import compact
+            from django_throttle.rejection_log import compact
 
             call_command("migrate", verbosity=0)
             now = int(time.time())

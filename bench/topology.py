@@ -207,7 +207,7 @@ def latency_cases(
 
 def masters_touched(cluster_store: Any) -> Counter[int]:
     """How many masters the mixed rules of each client reach (one EVALSHA per slot)."""
-    from django_throttle.keyspace import client_tag
+    from django_throttle.state_keys import client_tag
     from django_throttle.store.cluster import slot_of_tag
 
     nodes = cluster_store.client.nodes_manager
@@ -427,7 +427,7 @@ def wait_demoted(port: int, timeout: float = 30.0) -> None:
 
 
 def faults(cluster: Cluster, before: float, after: float) -> list[FaultRun]:
-    from django_throttle.keyspace import client_tag
+    from django_throttle.state_keys import client_tag
     from django_throttle.store.cluster import slot_of_tag
 
     runs = []

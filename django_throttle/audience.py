@@ -9,7 +9,7 @@ from typing import Any
 from .choices import AppliesTo
 from .compiled import CompiledRule
 from .conf import conf
-from .keys import client_ip
+from .identities import client_ip
 from .networks import address_in, cached_networks
 from .runtime import runtime
 

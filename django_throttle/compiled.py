@@ -11,10 +11,10 @@ from django.utils.module_loading import import_string
 from .calendar_windows import CalendarWindows
 from .choices import ALGORITHMS_WITH_BURST, Action, Algorithm, AppliesTo, FailMode, KeyKind, Unit
 from .conf import conf
-from .keyspace import ALGORITHM_CODES, base36, state_prefix
 from .networks import Network, parse_networks
 from .patterns import Matcher, compile_scope
 from .rates import CALENDAR_UNITS, MAX_PER, MAX_WINDOW, UNIT_SECONDS
+from .state_keys import ALGORITHM_CODES, base36, state_prefix
 
 MAX_LIMIT = 1_000_000_000
 

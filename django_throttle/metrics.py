@@ -141,22 +141,18 @@ class Metrics:
 
     from_code = True
 
+    on: bool  # read on every request: a plain attribute once known (__getattr__ until then)
+
     def __init__(self) -> None:
         self.instruments: Instruments | None = None
         self.lock = threading.Lock()
         self.failed = False  # a metric could not be recorded: said once
-        self._on: bool | None = None
 
-    @property
-    def on(self) -> bool:
-        on = self._on
-        if on is None:
-            on = self._on = self._resolve()
+    def __getattr__(self, name: str) -> bool:
+        if name != "on":
+            raise AttributeError(name)
+        on = self.on = self._resolve()
         return on
-
-    @on.setter
-    def on(self, value: bool) -> None:
-        self._on = value
 
     def _resolve(self) -> bool:
         wanted = conf.METRICS

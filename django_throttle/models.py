@@ -13,7 +13,6 @@ from django.utils import timezone
 from django.utils.functional import Promise
 from django.utils.translation import gettext_lazy as _
 
-from .addresses import normalized
 from .choices import (
     ALGORITHMS_WITH_BURST,
     KEY_KINDS_WITH_ARG,
@@ -27,7 +26,7 @@ from .choices import (
 )
 from .compiled import MAX_BLOCK, MAX_LIMIT
 from .conf import conf
-from .networks import parse_networks
+from .networks import normalized, parse_networks
 from .patterns import UnsafePattern, check_pattern
 from .rates import CALENDAR_UNITS, MAX_PER, MAX_WINDOW, MONTH, UNIT_SECONDS, describe
 from .signals import rules_written
@@ -586,7 +585,7 @@ def keyed_address(text: str) -> str | None:
 
 class Rejection(models.Model):
     """Rejections of one client under one rule in one minute, counted in bulk; once older than
-    the dashboard's hour (day), in one quarter hour (two hours). See recording."""
+    the dashboard's hour (day), in one quarter hour (two hours). See rejection_log."""
 
     rule = models.CharField(_("rule"), max_length=100)
     key = models.CharField(_("key digest"), max_length=16)  # digest(identity), as the store keys it

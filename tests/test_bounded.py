@@ -14,7 +14,7 @@ import pytest
 
 from django_throttle import check
 from django_throttle.models import Rejection
-from django_throttle.recording import flush
+from django_throttle.rejection_log import flush
 from tests.clock_shift import shifted
 from tests.helpers import rule
 from tests.redis_server import RedisServer

@@ -19,7 +19,7 @@ from django.contrib.admin.models import LogEntry
 from django.test import RequestFactory
 
 from django_throttle import check
-from django_throttle.recording import flush, rejection_log
+from django_throttle.rejection_log import flush, rejection_log
 from tests.helpers import rule
 
 ROOT = Path(__file__).resolve().parent.parent

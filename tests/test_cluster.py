@@ -21,8 +21,8 @@ from redis.cluster import RedisCluster
 
 from django_throttle.calendar_windows import CalendarWindows
 from django_throttle.compiled import build_rule
-from django_throttle.keyspace import client_tag
 from django_throttle.rates import UNIT_SECONDS
+from django_throttle.state_keys import client_tag
 from django_throttle.store import Check, ClusterStore, state_key
 from django_throttle.store.cluster import AsyncClusterStore, group_by_slot, slot_of_tag
 from django_throttle.store.fallback import StoreUnavailable

@@ -23,10 +23,10 @@ from redis.crc import key_slot
 from django_throttle.compiled import CompiledRule, build_rule
 from django_throttle.engine import deciding
 from django_throttle.engine.refunds import agive_back, give_back, taken
-from django_throttle.keyspace import client_tag
-from django_throttle.recording import shared
+from django_throttle.rejection_log import through_redis
 from django_throttle.rules import get_rules
 from django_throttle.rules.cache import RedisVersion
+from django_throttle.state_keys import client_tag
 from django_throttle.store import Check, ClusterStore, get_store
 from django_throttle.store.breaker import CLOSED, OPEN
 from django_throttle.store.cluster import slot_of_tag
@@ -356,14 +356,14 @@ def test_rule_refreshes_and_the_rejection_log_consult_their_own_master(
     version = RedisVersion()
     holders = {
         cluster.node_for_slot(key_slot(version.key.encode())),
-        cluster.node_for_slot(key_slot(shared.counts_key().encode())),
+        cluster.node_for_slot(key_slot(through_redis.counts_key().encode())),
     }
     elsewhere = next(m.port for m in cluster.masters() if m.port not in holders)
     closed = compiled(1, 5, "closed")
     with out_of_memory(cluster, elsewhere):
         assert deciding.decide([Check(closed, on_master(cluster, elsewhere, "ip"))]).unavailable
         version.read()  # does not raise
-        assert shared.client() is not None
+        assert through_redis.client() is not None
         assert breaker_state(elsewhere) != CLOSED
     holder = cluster.node_for_slot(key_slot(version.key.encode()))
     get_store().node_breakers.reset()

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from django_throttle import check
 from django_throttle.models import Rejection, Rule
-from django_throttle.recording import flush, rejection_log
+from django_throttle.rejection_log import flush, rejection_log
 from django_throttle.store import digest
 from tests.helpers import rule
 

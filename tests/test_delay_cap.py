@@ -78,7 +78,7 @@ def test_zero_turns_every_delayed_request_away(client: Any, settings: Any) -> No
 @pytest.mark.django_db
 def test_a_request_turned_away_is_a_rejection_on_the_dashboard(client: Any, settings: Any) -> None:
     from django_throttle.models import Rejection
-    from django_throttle.recording import flush
+    from django_throttle.rejection_log import flush
 
     settings.DJANGO_THROTTLE = {**settings.DJANGO_THROTTLE, "MAX_DELAYED": 0}
     rule("queued", "/api/", 1, unit="minute", algorithm="leaky_bucket", burst=5, action="delay")

@@ -14,7 +14,7 @@ from django.db import connection
 
 from django_throttle import aacquire, acheck_key, acquire, check_key
 from django_throttle.models import Override, Rejection
-from django_throttle.recording import flush
+from django_throttle.rejection_log import flush
 from tests.engine_helpers import acquire_worker
 from tests.helpers import rule, run
 

@@ -10,8 +10,8 @@ import pytest
 from django.contrib.auth.models import Group, User
 
 from django_throttle import audience
-from django_throttle.keyspace import base36, client_tag
 from django_throttle.models import Override, Rule
+from django_throttle.state_keys import base36, client_tag
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("throttle_middleware")]
 

@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from django_throttle import acheck, check
 from django_throttle.models import Rejection
-from django_throttle.recording import (
+from django_throttle.rejection_log import (
     OVERFLOW_DISPLAY,
     OVERFLOW_KEY,
     RejectionLog,

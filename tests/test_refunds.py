@@ -15,7 +15,7 @@ from django.test import Client, RequestFactory
 
 from django_throttle import check, check_key, refund, refund_key
 from django_throttle.models import Rejection
-from django_throttle.recording import flush
+from django_throttle.rejection_log import flush
 from tests import views
 from tests.engine_helpers import ALGORITHMS
 from tests.helpers import rule

@@ -31,7 +31,7 @@ from django.utils import timezone
 from django_throttle import check
 from django_throttle.dashboard.queries import dashboard_data
 from django_throttle.models import Rejection
-from django_throttle.recording import (
+from django_throttle.rejection_log import (
     NAMED_PER_PERIOD,
     NAMED_PER_RULE,
     OVERFLOW_DISPLAY,
@@ -44,7 +44,7 @@ from django_throttle.recording import (
     rejection_log,
     write_each,
 )
-from django_throttle.recording.shared import counts_key, named_key
+from django_throttle.rejection_log.through_redis import counts_key, named_key
 from django_throttle.store import digest
 from tests.helpers import rule
 

@@ -12,8 +12,8 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from ..models import Rejection
-from ..recording import ACTIONS
-from ..recording.database import as_datetime, epoch_of
+from ..rejection_log import ACTIONS
+from ..rejection_log.database import as_datetime, epoch_of
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ def dashboard_data(rule: str | None, period: str, now: datetime | None = None) -
     # One pass over the period's sums per rule, action and row start gives the totals and the
     # chart: the bucket of a row is found here, not by a database function (SQLite's date
     # truncation is a Python call per row). Old rows are quarter hours and two hours (see
-    # recording.compact), so a week is at most some thousands of sums per rule.
+    # rejection_log.compact), so a week is at most some thousands of sums per rule.
     totals: dict[str, dict[str, int]] = {}
     points: dict[str, list[int]] = {}
     sums = rows.values("rule", "action", "minute").annotate(total=Sum("count")).order_by()

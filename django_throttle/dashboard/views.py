@@ -29,8 +29,8 @@ from ..conf import conf
 from ..engine import inspect, reset_rules, rule_for
 from ..models import Dashboard, Rule
 from ..rates import describe
-from ..recording import REJECT, SHADOW, UNAVAILABLE, collect, is_complete
-from ..recording.database import as_datetime
+from ..rejection_log import REJECT, SHADOW, UNAVAILABLE, collect, is_complete
+from ..rejection_log.database import as_datetime
 from ..rules import compile_rule, default_scopes, defaults_of
 from ..store import get_store
 from ..store.errors import STORE_ERRORS

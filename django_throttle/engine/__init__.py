@@ -26,7 +26,7 @@ from .leases import (
 )
 from .overrides import rule_for
 from .refunds import arefund_request, refund_request
-from .state import SPECS_ATTR, seen_by_middleware, state_of, under_middleware
+from .request_state import SPECS_ATTR, seen_by_middleware, state_of, under_middleware
 
 __all__ = [
     "SPECS_ATTR",

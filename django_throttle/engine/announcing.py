@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import metrics, recording
+from .. import metrics, rejection_log
 from ..decision import Decision
 from ..signals import request_throttled
 
@@ -13,7 +13,7 @@ def announce(request: Any | None, decision: Decision) -> None:
     """Count rejections for the dashboard and every decision in the metrics, and send
     request_throttled for a rejection and for each would-be rejection of a log-only rule (not
     for a key decided without a request: ``request`` None)."""
-    recording.note(decision)  # free when admitted
+    rejection_log.note(decision)  # free when admitted
     if metrics.switch.on:
         metrics.decided(decision)
     if request is None:

@@ -22,7 +22,7 @@ from .deciding import adecide, decide
 from .delays import Delays, Held, delay_of, turned_away
 from .gathering import Gathered, NeedsThread, gather
 from .refunds import agive_back, give_back, taken
-from .state import forget_taken, state_of, view_specs
+from .request_state import forget_taken, state_of, view_specs
 
 _CONCURRENCY = str(Algorithm.CONCURRENCY)
 

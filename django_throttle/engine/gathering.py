@@ -11,13 +11,13 @@ from ..audience import counts
 from ..compiled import ON_LOOP, WITH_USER, CompiledRule
 from ..conf import conf
 from ..decision import Decision, unavailable
-from ..keys import identity
+from ..identities import identity
 from ..rules import ScopeSpec, get_rules, request_rules, rule_cache
 from ..runtime import runtime
 from ..store import Check, Result
 from .block_cache import Blocked
 from .overrides import rule_for
-from .state import state_of
+from .request_state import state_of
 
 logger = logging.getLogger("django_throttle")
 

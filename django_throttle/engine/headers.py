@@ -9,7 +9,7 @@ from django.http import HttpResponseBase
 from ..conf import conf
 from ..responses import RETRY_AFTER, X_LIMIT, add_headers, retry_after_seconds
 from .leases import release_when_closed
-from .state import state_of
+from .request_state import state_of
 
 
 def finish(request: Any, response: Any) -> Any:

@@ -15,7 +15,7 @@ from django.http import HttpResponseBase
 
 from ..runtime import Runtime, runtime
 from .refunds import agive_back, give_back, taken
-from .state import RequestState, state_of
+from .request_state import RequestState, state_of
 
 
 def release_leases(request: Any) -> None:

@@ -17,7 +17,7 @@ from ..conf import conf
 from ..costs import valid_cost
 from ..rules import clients_reset
 from ..store import Check, Result, get_store
-from .state import take_back
+from .request_state import take_back
 
 _CONCURRENCY = str(Algorithm.CONCURRENCY)
 

@@ -14,9 +14,9 @@ from ..choices import Action
 from ..compiled import CompiledRule, build_rule, calendar_of
 from ..conf import conf
 from ..costs import clamped_cost
-from ..keyspace import state_prefix
 from ..rates import Rate
 from ..runtime import Runtime, runtime
+from ..state_keys import state_prefix
 
 logger = logging.getLogger("django_throttle")
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..keyspace import digest
-from ..runtime import runtime
+from ..runtime import current
+from ..state_keys import digest
 from .base import Check, Result, Store, admitted, state_key
 from .cluster import ClusterStore
 from .fallback import StoreUnavailable
@@ -29,4 +29,4 @@ __all__ = [
 
 def get_store() -> GuardedStore:
     """The process's store: the current runtime's GuardedStore."""
-    return runtime().part(GuardedStore)
+    return current.runtime.part(GuardedStore)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..compiled import CompiledRule
-from ..keyspace import client_tag
+from ..state_keys import client_tag
 
 
 def state_key(rule: CompiledRule, identity: str) -> str:

@@ -18,7 +18,7 @@ from redis.exceptions import AskError, MovedError, NoScriptError, ResponseError
 
 from ..compiled import CompiledRule
 from ..conf import conf
-from ..keyspace import BLOCK_SUFFIX, client_tag
+from ..state_keys import BLOCK_SUFFIX, client_tag
 from .base import Check, Result, state_key
 from .breaker import NodeBreakers
 from .connections import AsyncConnectionStack, ConnectionStack, acall, call, keeps

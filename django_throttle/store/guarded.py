@@ -21,7 +21,7 @@ from redis.exceptions import ConnectionError, TryAgainError
 from .. import metrics
 from ..compiled import CompiledRule
 from ..conf import conf
-from ..keyspace import client_tag
+from ..state_keys import client_tag
 from .base import Check, Result, Store, admitted
 from .breaker import CLOSED, Breaker, NodeBreakers
 from .cluster import AsyncClusterStore, ClusterStore, answered, slot_of_tag
@@ -36,9 +36,9 @@ from .fallback import (
     partly,
     report,
 )
-from .handover import CountsLink
 from .memory import MemoryStore
 from .redis import AsyncRedisStore, RedisStore
+from .shared_counts import CountsLink
 from .steps import Steps, adrive, drive
 
 logger = logging.getLogger("django_throttle")

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..choices import Algorithm
 from ..compiled import CompiledRule
-from ..keyspace import BLOCK_SUFFIX
+from ..state_keys import BLOCK_SUFFIX
 from .base import Check, Result, state_key
 
 US = 1_000_000

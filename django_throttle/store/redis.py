@@ -22,7 +22,7 @@ from redis.sentinel import Sentinel, SentinelConnectionPool
 from ..choices import ALGORITHMS_WITH_BURST
 from ..compiled import CompiledRule
 from ..conf import conf
-from ..keyspace import ALGORITHM_CODES, BLOCK_SUFFIX, CALENDAR_CODE, client_tag
+from ..state_keys import ALGORITHM_CODES, BLOCK_SUFFIX, CALENDAR_CODE, client_tag
 from .base import Check, Result, state_key
 from .connections import AsyncConnectionStack, ConnectionStack
 from .wire import array, bulk

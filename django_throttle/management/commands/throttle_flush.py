@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from django_throttle.recording import flush
+from django_throttle.rejection_log import flush
 
 
 class Command(BaseCommand):

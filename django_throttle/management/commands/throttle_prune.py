@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from django_throttle.conf import conf
-from django_throttle.recording import compact, prune
+from django_throttle.rejection_log import compact, prune
 
 
 class Command(BaseCommand):

@@ -6,7 +6,7 @@ from collections import Counter
 from django.core.management.base import BaseCommand
 from django.test import Client
 
-from django_throttle.recording import flush
+from django_throttle.rejection_log import flush
 
 # (method, path, client addresses, requests per address, extra request headers)
 PLAN = [

@@ -16,7 +16,14 @@ from django.utils import timezone as django_timezone
 from ..choices import RejectionAction
 from ..conf import conf
 from ..models import Rejection
-from .text import DISPLAY_CHARS, OVERFLOW_DISPLAY, OVERFLOW_KEY, RULE_CHARS, escaped, storable_rule
+from .display import (
+    DISPLAY_CHARS,
+    OVERFLOW_DISPLAY,
+    OVERFLOW_KEY,
+    RULE_CHARS,
+    escaped,
+    storable_rule,
+)
 
 Entry = tuple[str, str, str, int]  # rule name, key digest, action, minute (Unix seconds)
 Counts = dict[Entry, list[Any]]  # entry -> [count, display]

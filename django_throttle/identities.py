@@ -5,10 +5,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from .addresses import MAX_ADDRESS_CHARS, normalized
 from .choices import KeyKind
 from .compiled import CompiledRule
 from .conf import conf
+from .networks import MAX_ADDRESS_CHARS, normalized
 
 logger = logging.getLogger("django_throttle")
 

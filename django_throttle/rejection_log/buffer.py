@@ -12,10 +12,10 @@ from django.db import connections
 
 from .. import metrics
 from ..conf import conf
-from ..keyspace import digest
 from ..runtime import Runtime
+from ..state_keys import digest
 from ..store.errors import STORE_ERRORS
-from . import shared
+from . import through_redis
 from .database import (
     NAMED_PER_PERIOD,
     NAMED_PER_RULE,
@@ -25,7 +25,7 @@ from .database import (
     prune,
     write_each,
 )
-from .text import OVERFLOW_DISPLAY, OVERFLOW_KEY, display_of
+from .display import OVERFLOW_DISPLAY, OVERFLOW_KEY, display_of
 
 logger = logging.getLogger("django_throttle")
 
@@ -232,7 +232,7 @@ class RejectionLog:
     def push(self) -> None:
         """Add this process's counts to those waiting in Redis (with the memory backend, or
         while Redis fails, they stay here for the next flush)."""
-        redis = shared.client()
+        redis = through_redis.client()
         if redis is None:
             return
         with self._flush_lock:
@@ -265,7 +265,7 @@ class RejectionLog:
 
     def _collect(self) -> int:
         counts = self._swap()
-        redis = shared.client()
+        redis = through_redis.client()
         written = 0
         if counts and redis is not None:
             counts = self._push(redis, counts)
@@ -279,8 +279,8 @@ class RejectionLog:
     def _push(self, redis: Any, counts: Counts) -> Counts:
         """Counts not added to Redis (none when all were)."""
         try:
-            self.overflowed += shared.push(redis, counts)
-        except shared.PushFailed as exc:
+            self.overflowed += through_redis.push(redis, counts)
+        except through_redis.PushFailed as exc:
             self._failed(
                 _REDIS,
                 "could not hand %d rejection counts to Redis (%s); this process writes its "
@@ -296,11 +296,11 @@ class RejectionLog:
         key = self._held
         try:
             if key is None:
-                key = shared.take(redis)
+                key = through_redis.take(redis)
                 if key is None:
                     return 0
                 self._held = key
-            counts = shared.read(redis, key)
+            counts = through_redis.read(redis, key)
         except STORE_ERRORS as exc:
             self._failed(_REDIS, "could not read the rejection counts in Redis (%s)", exc)
             return 0
@@ -309,7 +309,7 @@ class RejectionLog:
         written = self._persist(counts) if counts else 0
         # Written (or kept here) already: if the delete fails, the key expires after FOLD_TTL.
         with contextlib.suppress(*STORE_ERRORS):
-            shared.forget(redis, key)
+            through_redis.forget(redis, key)
         return written
 
     def _persist(self, counts: Counts) -> int:

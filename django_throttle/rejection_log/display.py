@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from ..choices import KeyKind
-from ..keyspace import digest
+from ..state_keys import digest
 
 DISPLAY_VALUE_CHARS = 64
 DISPLAY_CHARS = 100  # the length of Rejection.display

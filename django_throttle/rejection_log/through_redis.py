@@ -10,9 +10,9 @@ from typing import Any
 from ..conf import conf
 from ..store import get_store
 from ..store.errors import STORE_ERRORS
-from ..store.handover import CountsLink
+from ..store.shared_counts import CountsLink
 from .database import NAMED_PER_PERIOD, NAMED_PER_RULE, Counts, Entry
-from .text import OVERFLOW_DISPLAY, OVERFLOW_KEY
+from .display import OVERFLOW_DISPLAY, OVERFLOW_KEY
 
 logger = logging.getLogger("django_throttle")
 

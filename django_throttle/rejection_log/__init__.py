@@ -25,7 +25,7 @@ from .database import (
     write,
     write_each,
 )
-from .text import (
+from .display import (
     DISPLAY_CHARS,
     DISPLAY_VALUE_CHARS,
     OVERFLOW_DISPLAY,
