@@ -24,7 +24,7 @@ from django.utils.translation import gettext_lazy as _
 
 from ..choices import ALGORITHMS_WITH_BURST as BUCKETS
 from ..choices import KeyKind
-from ..compiled import with_overrides
+from ..compiled import CompiledRule, with_overrides
 from ..conf import conf
 from ..engine import inspect, reset_rules, rule_for
 from ..models import Dashboard, Rule
@@ -32,7 +32,7 @@ from ..rates import describe
 from ..rejection_log import REJECT, SHADOW, UNAVAILABLE, collect, is_complete
 from ..rejection_log.database import as_datetime
 from ..rules import compile_rule, default_scopes, defaults_of
-from ..store import get_store
+from ..store import Result, get_store
 from ..store.errors import STORE_ERRORS
 from .chart import chart_svg, legend
 from .queries import DEFAULT_PERIOD, PERIODS, dashboard_data
@@ -364,6 +364,16 @@ class KeyState:
     error: str | None = None
     warning: str | None = None
 
+    def show(self, rule: CompiledRule, result: Result) -> None:
+        """What the store says of the client under ``rule`` (as applied to it)."""
+        # A bucket holds up to its burst: "5 / 10" for a full bucket of 5 was wrong.
+        self.limit = rule.burst if rule.algorithm in BUCKETS else result.limit
+        self.remaining = result.remaining
+        self.reset_at = as_datetime(int(result.reset_at + 0.999))
+        self.retry_after = result.retry_after
+        self.allowed = result.allowed
+        self.blocked = result.blocked
+
 
 def _states(rules: list[Rule], key: str) -> list[KeyState]:
     """Each rule's state for this key, in one store call that consumes nothing."""
@@ -391,13 +401,7 @@ def _states(rules: list[Rule], key: str) -> list[KeyState]:
                 state.error = str(_("The store is unavailable (%(e)s).") % {"e": exc})
         else:
             for (state, own), result in zip(checks, results, strict=True):
-                # A bucket holds up to its burst: "5 / 10" for a full bucket of 5 was wrong.
-                state.limit = own.burst if own.algorithm in BUCKETS else result.limit
-                state.remaining = result.remaining
-                state.reset_at = as_datetime(int(result.reset_at + 0.999))
-                state.retry_after = result.retry_after
-                state.allowed = result.allowed
-                state.blocked = result.blocked
+                state.show(own, result)
     return states
 
 
@@ -424,12 +428,7 @@ def _default_states(scope: str, key: str) -> list[KeyState]:
             state.error = str(_("The store is unavailable (%(e)s).") % {"e": exc})
         return states
     for state, rule, result in zip(states, compiled, results, strict=True):
-        state.limit = rule.burst if rule.algorithm in BUCKETS else result.limit
-        state.remaining = result.remaining
-        state.reset_at = as_datetime(int(result.reset_at + 0.999))
-        state.retry_after = result.retry_after
-        state.allowed = result.allowed
-        state.blocked = result.blocked
+        state.show(rule, result)
     return states
 
 

@@ -28,7 +28,7 @@ from .overrides import rule_for
 from .refunds import arefund_request, refund_request
 from .request_state import SPECS_ATTR, seen_by_middleware, state_of, under_middleware
 
-__all__ = [
+__all__ = (
     "SPECS_ATTR",
     "adecide_key",
     "aenforce",
@@ -57,4 +57,4 @@ __all__ = [
     "serving",
     "state_of",
     "under_middleware",
-]
+)

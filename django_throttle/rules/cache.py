@@ -18,12 +18,12 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 from django.db import DatabaseError, connection, connections, transaction
 from django.db.models import Count, Max
 
-from ..compiled import CompiledRule, compile_rule, with_overrides
+from ..compiled import CompiledRule, RuleRow, compile_rule, with_overrides
 from ..conf import conf
 from ..models import Override, Rule
 from ..runtime import current, runtime
@@ -118,24 +118,7 @@ _COLUMNS = (
 class _Row:
     """A Rule's columns as compile_rule reads them, without building a model instance."""
 
-    __slots__ = ("pk", *_COLUMNS[1:])
-    pk: Any
-    name: str
-    scope: str
-    methods: str
-    key_kind: str
-    key_arg: str
-    limit: int
-    per: int
-    unit: str
-    algorithm: str
-    burst: int | None
-    action: str
-    fail_mode: str
-    block_seconds: int
-    applies_to: str
-    exempt_staff: bool
-    exempt_networks: str
+    __slots__ = ("pk", *_COLUMNS[1:])  # what compiled.RuleRow declares
 
     def __init__(self, values: tuple[Any, ...]) -> None:
         for name, value in zip(self.__slots__, values, strict=True):
@@ -169,7 +152,7 @@ def load_rules(previous: RuleSet | None = None) -> RuleSet:
             sources[pk] = seen
             compiled.append(seen[1])
             continue
-        row = _Row(values)
+        row = cast(RuleRow, _Row(values))
         try:
             rule = compile_rule(row, source[2], source[3])
             ready, skipped = with_overrides(rule, mine)

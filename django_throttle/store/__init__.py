@@ -11,7 +11,7 @@ from .guarded import GuardedStore
 from .memory import MemoryStore
 from .redis import RedisStore
 
-__all__ = [
+__all__ = (
     "Check",
     "ClusterStore",
     "GuardedStore",
@@ -24,7 +24,7 @@ __all__ = [
     "digest",
     "get_store",
     "state_key",
-]
+)
 
 
 def get_store() -> GuardedStore:
