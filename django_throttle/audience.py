@@ -66,10 +66,3 @@ def group_ids(user: Any) -> frozenset[int]:
             memberships.groups.clear()  # a bound on memory: the next requests read again
         memberships.groups[user.pk] = (ids, now + max(conf.RULES_REFRESH, 1.0))
     return ids
-
-
-def forget_memberships() -> None:
-    """Read every user's groups again (rules reloaded in tests, groups edited)."""
-    memberships = runtime().part(Memberships)
-    with memberships.lock:
-        memberships.groups.clear()

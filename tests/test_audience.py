@@ -10,18 +10,12 @@ import pytest
 from django.contrib.auth.models import Group, User
 from django.core.exceptions import ValidationError
 
-from django_throttle import audience
 from django_throttle.models import Rule
 from tests.helpers import rule
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("throttle_middleware")]
 
 OFFICE, OUTSIDE = "10.1.2.3", "203.0.113.7"
-
-
-@pytest.fixture(autouse=True)
-def _fresh_memberships() -> None:
-    audience.forget_memberships()
 
 
 def user(name: str, *, staff: bool = False, groups: tuple[Group, ...] = ()) -> User:

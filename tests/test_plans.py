@@ -9,18 +9,12 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import Group, User
 
-from django_throttle import audience
 from django_throttle.models import Override, Rule
 from django_throttle.state_keys import base36, client_tag
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("throttle_middleware")]
 
 PATH = "/api/items/"
-
-
-@pytest.fixture(autouse=True)
-def _fresh_memberships() -> None:
-    audience.forget_memberships()
 
 
 @pytest.fixture
