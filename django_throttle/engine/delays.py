@@ -10,7 +10,7 @@ from dataclasses import replace
 from ..choices import Action
 from ..conf import conf
 from ..decision import Decision, from_results
-from ..runtime import Runtime, runtime
+from ..runtime import Runtime, current
 from ..store import Check, Result
 
 _DELAY = str(Action.DELAY)
@@ -60,7 +60,7 @@ class Serving:
 
 def serving() -> Serving:
     """This process's count of the threads serving requests (fetch it once per request)."""
-    return runtime().part(Serving)
+    return current.runtime.part(Serving)
 
 
 class Held:

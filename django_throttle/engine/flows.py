@@ -16,7 +16,7 @@ from ..choices import Algorithm
 from ..decision import Decision, from_results
 from ..responses import rejected
 from ..rules import ScopeSpec
-from ..runtime import runtime
+from ..runtime import current
 from .announcing import announce
 from .deciding import adecide, decide
 from .delays import Delays, Held, delay_of, turned_away
@@ -102,7 +102,7 @@ def enforce(
     in_thread = not isinstance(request, ASGIRequest)
     gathered = gather(request, specs, paths=paths, url_name=url_name)
     decision = gathered.early
-    delays = runtime().part(Delays)
+    delays = current.runtime.part(Delays)
     if decision is None and in_thread and delays.clients:
         decision = delays.turned_away_before(gathered.checks)
     if decision is None:
@@ -138,7 +138,7 @@ async def aenforce(
         return rejected(request, decision)
     wait = delay_of(decision)
     if wait:
-        delays = runtime().part(Delays)
+        delays = current.runtime.part(Delays)
         held = Held(decision, wait, in_thread=False)  # an await holds no thread
         if not delays.enter(held):
             await agive_back(taken(forget_taken(request, decision)))

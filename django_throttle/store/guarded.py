@@ -21,6 +21,7 @@ from redis.exceptions import ConnectionError, TryAgainError
 from .. import metrics
 from ..compiled import CompiledRule
 from ..conf import conf
+from ..runtime import current
 from ..state_keys import client_tag
 from .base import Check, Result, Store, admitted
 from .breaker import CLOSED, Breaker, NodeBreakers
@@ -82,6 +83,8 @@ class GuardedStore:
             asyncio.AbstractEventLoop, tuple[AsyncStore, AsyncIterator[None]]
         ] = weakref.WeakKeyDictionary()
         self._dropping = False  # a refund failed and no store call has worked since: said once
+        # This runtime's switch, read on every decision without a lookup.
+        self._metrics = current.runtime.part(metrics.Metrics)
         self._moved()
 
     @staticmethod
@@ -142,7 +145,7 @@ class GuardedStore:
         token = breaker.allow()
         if token is None:
             return self._unavailable(checks, dry_run)
-        timed = metrics.switch.on
+        timed = self._metrics.on
         start = time.perf_counter() if timed else 0.0
         try:
             try:
@@ -172,7 +175,7 @@ class GuardedStore:
         token = breaker.allow()
         if token is None:
             return self._unavailable(checks, dry_run)
-        timed = metrics.switch.on
+        timed = self._metrics.on
         start = time.perf_counter() if timed else 0.0
         try:
             try:
@@ -273,13 +276,13 @@ class GuardedStore:
         results = self.local_fallback.decide(checks, dry_run or not commit)
         for result in results:
             result.local = True  # a refund or a lease's end goes back here
-        if not dry_run and metrics.switch.on:
+        if not dry_run and self._metrics.on:
             metrics.fallback_decided(results)
         return results
 
     def _moved(self) -> None:
         """Show the breakers' state on the store_available gauge (0 while any is open)."""
-        if metrics.switch.on:
+        if self._metrics.on:
             breaker, nodes = self.breaker, self.node_breakers
             metrics.store_state(lambda: breaker.state == CLOSED and nodes.all_closed())
 
