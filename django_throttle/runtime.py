@@ -1,11 +1,7 @@
 """The process's state in one object, built on first use and replaced whole when settings change.
 
-Like ``django.db.connections``: code asks the current runtime for its part (the store, the rule
-cache, the delays...) instead of keeping a module global, and a test resets everything by
-replacing the runtime. Each part is one instance of its class, made by calling the class with no
-argument the first time it is asked for; the runtime sits below every layer, so each layer keeps
-its own part's class.
-"""
+Like ``django.db.connections``: code asks the runtime in force for its part (the store, the rule
+cache...) instead of keeping a module global; a test resets everything by replacing it."""
 
 from __future__ import annotations
 

@@ -1,13 +1,5 @@
-"""The block cache (``BLOCK_CACHE``): a process that saw a client rejected until a known time
-rejects that client itself until then, without a store call.
-
-Only rejections whose end does not depend on what comes next are remembered: a client
-blocked by a rule's block duration, or rejected at a cost of 1 with nothing remaining (then
-no request of that client fits before ``retry_after``). Concurrency rules are never
-remembered: a lease ends whenever its request finishes. The memory is the RuleSet's: a
-reload keeps what it holds under the rules it did not change, and a reset or refund anywhere
-empties it in every process within RULES_REFRESH (the blocks token, rules/cache.py).
-"""
+"""The block cache (``BLOCK_CACHE``): clients known to be rejected until a known time, rejected
+without a store call (docs/internals.md, "The block cache")."""
 
 from __future__ import annotations
 

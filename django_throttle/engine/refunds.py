@@ -1,9 +1,5 @@
-"""Giving back what a decision took: an attempt counted before it happened that turned out
-fine (``refund()``, ``refund_key()``), the end of a concurrency lease, a delayed request
-turned away past MAX_DELAYED. One store call (refund.lua), atomic for every algorithm, never
-below empty. What the local fallback decided while the store was down is given back to it.
-A refund that cannot reach the store is logged (once per outage) and dropped: what it would
-have given back stays counted, which can only limit more, never less."""
+"""Giving back what a decision took: refunds asked for, leases ended, delays turned away
+(refund.lua, atomic for every algorithm, never below empty)."""
 
 from __future__ import annotations
 

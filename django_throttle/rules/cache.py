@@ -1,15 +1,5 @@
-"""The rules in force in this process: loaded and compiled once per change, refreshed when the
-version token changes (read at most once per RULES_REFRESH).
-
-Matching a request never touches the database: the enabled rules are loaded when
-their version changes, compiled (regexes, methods, periods, key functions) and
-indexed by scope form. A reload compiles only the rows that changed: the others keep
-their compiled rule, and the rejections the block cache remembers under them.
-
-A reset or a refund is not a rule change: it replaces a second token, the blocks token,
-read in the same round trip as the version; a process that sees it change empties its
-block cache and keeps its rules.
-"""
+"""The rules in force in this process, reloaded when the rules version changes and checked at
+most once per RULES_REFRESH (docs/internals.md, "The rules in each process")."""
 
 from __future__ import annotations
 

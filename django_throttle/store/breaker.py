@@ -1,18 +1,5 @@
-"""A circuit breaker in front of the store: after a failure, stop calling Redis for a while.
-
-While the breaker is open no request waits on Redis at all; when the interval
-has passed, one request probes the store and the others keep to the fail
-modes until the probe succeeds. State changes are logged once and sent as the
-``store_state_changed`` signal.
-
-A probe can never hold the breaker: a probe cut short (a cancelled task, an
-exception that is not a store error) gives the probe back at once, and a probe
-that never reports (its thread gone) is presumed lost after one interval, when
-another request may probe.
-
-On a Redis Cluster each master has a breaker of its own (``NodeBreakers``), so a master that
-fails keeps requests off that master only.
-"""
+"""Circuit breakers in front of the store (one per cluster master too): after a failure, stop
+calling Redis for a while (docs/internals.md, "The circuit breaker and the local fallback")."""
 
 from __future__ import annotations
 

@@ -1,22 +1,7 @@
 """Connections for the decision call: one command, one reply, nothing else on the way.
 
-redis-py's ``Redis.execute_command`` wraps every command in retry, pool locking,
-a readiness check and observability hooks; on a loopback that costs about a third
-of the round trip (docs/benchmarks.md). The decision call needs none of it: it
-has no retries (a failure goes to the circuit breaker), and its pool is private.
-So the store keeps its connections on a stack and talks to each through
-redis-py's ``Connection`` (which still does the handshake, AUTH, SELECT, TLS and
-RESP parsing, and disconnects itself on any error).
-
-A connection is never reused after a reply that says its server cannot take the
-decision any more: ``READONLY`` (the primary became a replica in a failover),
-``MASTERDOWN``, ``LOADING``, or any error of the connection itself. The idle
-connections go with it: they lead to the same server, and each would cost the
-circuit breaker one more interval to find out. The next decision connects anew,
-through the configured address, to whatever primary is there now; after ``READONLY``
-the same decision does, once. ``NOSCRIPT`` is answered on the connection that reported
-it, so the script is loaded on the very server the decision runs on.
-"""
+Why not redis-py's ``execute_command``, and when a connection is dropped: docs/internals.md,
+"Connections"."""
 
 from __future__ import annotations
 

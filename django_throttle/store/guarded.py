@@ -1,9 +1,5 @@
-"""``GuardedStore``: the store as callers see it, every call behind its breaker and fail modes.
-
-One runtime part owns the backends (sync, and one asyncio per event loop), the store's breaker,
-a breaker per master of a cluster and the local fallback, so no caller touches a client or a
-breaker (docs/deploying.md: what an outage does).
-"""
+"""``GuardedStore``: the store as callers see it, every call behind its breaker and fail modes;
+it owns the backends, the breakers and the local fallback, so no caller touches a client."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""The in-process backend: decide.lua's semantics in Python, for one process.
-
-It is the embedded default when no django-redis cache is configured, and the
-fallback while Redis is unreachable. The formulas mirror decide.lua line for
-line (same float operations in the same order), so both backends give the same
-decisions for the same times.
-"""
+"""The in-process backend: decide.lua's semantics in Python, line for line, for one process
+(the embedded default without Redis, and the local fallback while Redis is unreachable)."""
 
 from __future__ import annotations
 
