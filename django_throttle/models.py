@@ -263,6 +263,17 @@ class Rule(models.Model):
             "Log only records would-be rejections, to try a rule before enforcing it."
         ),
     )
+    count_statuses = models.CharField(
+        _("count only responses"),
+        max_length=200,
+        blank=True,
+        default="",
+        help_text=_(
+            "Empty: every request counts. Else the statuses that count, comma-separated: "
+            "401,403 (failed logins), 4xx, 5xx,429. The request is counted before the view; "
+            "what it took is given back when its response has another status."
+        ),
+    )
     fail_mode = models.CharField(
         _("when the store is down"),
         max_length=10,
@@ -514,6 +525,12 @@ class Override(models.Model):
         help_text=_("This client's limit per the rule's window. Empty when exempt."),
     )
     exempt = models.BooleanField(_("exempt"), default=False)
+    expires_at = models.DateTimeField(
+        _("expires"),
+        null=True,
+        blank=True,
+        help_text=_("When this override stops applying. Empty: never."),
+    )
 
     class Meta:
         ordering = ["rule__name", "key"]
