@@ -76,14 +76,15 @@ def _wait_for(port: int, process: subprocess.Popen[bytes], within: float = 30.0)
         if process.poll() is not None:
             err = process.stderr.read().decode() if process.stderr is not None else ""
             raise AssertionError(f"the server exited: {err}")
+        connection = HTTPConnection("127.0.0.1", port, timeout=5)
         try:
-            connection = HTTPConnection("127.0.0.1", port, timeout=5)
             connection.request("GET", "/plain/")
             status = connection.getresponse().status
-            connection.close()
-        except OSError:
+        except OSError:  # not listening yet, or reset while it starts
             time.sleep(0.05)
             continue
+        finally:
+            connection.close()  # also when the server reset it: no socket left to the collector
         assert status == 200
         return
     raise AssertionError(f"the server did not answer within {within} s")
