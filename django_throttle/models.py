@@ -319,10 +319,8 @@ class Rule(models.Model):
             starts = "the 1st of a month" if self.unit == MONTH else "Monday"
             text += f" (counted from {starts}, 00:00 {conf.TIME_ZONE})"
         if self.count_statuses:
-            text += str(
-                _(", counting only responses %(statuses)s")
-                % {"statuses": shown(self.count_statuses)}
-            )
+            statuses = shown(self.count_statuses)
+            text += ", " + str(_("counting only responses %(statuses)s") % {"statuses": statuses})
         if self.block_seconds:
             text += f", then blocked for {duration(self.block_seconds)}"
         notes = []
