@@ -47,12 +47,13 @@ def _uncounted(state: RequestState, status: int) -> list[Result]:
     took = state.taken
     if not took:
         return []
-    given = []
-    for prefix, result in list(took.items()):
-        statuses = result.rule.count_statuses
-        if statuses is not None and status not in statuses:
-            del took[prefix]
-            given.append(result)
+    given = [
+        result
+        for result in took.values()
+        if result.rule.count_statuses is not None and status not in result.rule.count_statuses
+    ]
+    for result in given:
+        del took[result.rule.state_prefix]
     return given
 
 
