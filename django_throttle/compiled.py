@@ -15,6 +15,7 @@ from .networks import Network, parse_networks
 from .patterns import Matcher, compile_scope
 from .rates import CALENDAR_UNITS, MAX_PER, MAX_WINDOW, UNIT_SECONDS
 from .state_keys import ALGORITHM_CODES, base36, state_prefix
+from .statuses import parse_statuses
 
 MAX_LIMIT = 1_000_000_000
 
@@ -22,6 +23,9 @@ MAX_LIMIT = 1_000_000_000
 # used: always, once the request's user is loaded, or never (its key function, its groups).
 ON_LOOP, WITH_USER, IN_THREAD = 2, 1, 0
 MAX_BLOCK = 366 * 86400  # a year
+# A concurrency slot is given back when its response ends, whatever the status: a status it
+# does not count would change nothing.
+CONCURRENCY_COUNTS_ALL = "a concurrency rule counts every request in flight, whatever its status"
 
 KeyFunction = Callable[[Any], "str | None"]
 
@@ -57,6 +61,9 @@ class CompiledRule:
     block: int = 0  # seconds a rejection blocks the client for
     calendar: CalendarWindows | None = None  # a week or month window's starts, in TIME_ZONE
     on_loop: int = ON_LOOP  # see ON_LOOP, WITH_USER, IN_THREAD
+    # The response statuses that count (count_statuses, classes spelled out); None: every one.
+    # What a request took is given back once its response has another status.
+    count_statuses: frozenset[int] | None = None
     # Who the rule counts (audience.py); all of it is known once the rules are loaded.
     audience: str = AppliesTo.ALL  # the row's applies_to
     groups: frozenset[int] = frozenset()
@@ -120,6 +127,7 @@ def build_rule(
     exempt_groups: frozenset[int] = frozenset(),
     exempt_networks: tuple[Network, ...] = (),
     calendar: CalendarWindows | None = None,
+    count_statuses: frozenset[int] | None = None,
 ) -> CompiledRule:
     """The one constructor of compiled rules; ``rule_key`` names the state in the store
     (default: the primary key in base 36). Raises ValueError for values no rule can have,
@@ -130,6 +138,8 @@ def build_rule(
         raise ValueError("week and month windows are counted by the fixed window only")
     if applies_to not in _AUDIENCES:
         raise ValueError(f"unknown audience {applies_to!r}")
+    if count_statuses and algorithm == Algorithm.CONCURRENCY:
+        raise ValueError(CONCURRENCY_COUNTS_ALL)
     if methods and "GET" in methods:
         # Django answers HEAD with the GET view: a rule for GET that let HEAD through
         # uncounted would let anyone run the view without limit.
@@ -159,6 +169,7 @@ def build_rule(
         exempt_networks=exempt_networks,
         calendar=calendar,
         on_loop=_on_loop(key_kind, applies_to, groups, exempt_staff, exempt_groups),
+        count_statuses=count_statuses or None,
     )
 
 
@@ -250,6 +261,7 @@ class RuleRow(Protocol):
     applies_to: str
     exempt_staff: bool
     exempt_networks: str
+    count_statuses: str
 
 
 def compile_rule(
@@ -285,6 +297,7 @@ def compile_rule(
         exempt_groups=frozenset(exempt_groups),
         exempt_networks=parse_networks(rule.exempt_networks),
         calendar=calendar_of(rule.per, rule.unit),
+        count_statuses=parse_statuses(rule.count_statuses),
     )
 
 

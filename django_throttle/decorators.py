@@ -9,19 +9,22 @@ from typing import Any, TypeVar
 from asgiref.sync import iscoroutinefunction
 
 from .choices import ALGORITHMS_WITH_BURST, CODE_KEY_KINDS, Algorithm, KeyKind
+from .compiled import CONCURRENCY_COUNTS_ALL
 from .costs import valid_cost
 from .engine import (
     SPECS_ATTR,
     aenforce,
-    arelease_leases,
+    afailed,
+    afinish,
     enforce,
+    failed,
     finish,
-    release_leases,
     serving,
     under_middleware,
 )
 from .rates import parse_rate
 from .rules import DefaultRule, ScopeSpec, register
+from .statuses import parse_statuses
 
 V = TypeVar("V", bound=Callable[..., Any])
 
@@ -34,10 +37,13 @@ def throttle(
     algorithm: str | None = None,
     burst: int | None = None,
     cost: int | Callable[[Any], int] = 1,
+    count_statuses: str = "",
 ) -> Callable[[V], V]:
     """Throttle a view by the admin rules of ``scope``; ``rate=`` is a code default used while
     the admin has no enabled rule for the scope. Its algorithm is, unless given, the sliding
-    window counter, or for a rate per week or month the fixed window (calendar windows)."""
+    window counter, or for a rate per week or month the fixed window (calendar windows).
+    ``count_statuses`` ("401,403", "4xx"): the code default counts only responses with one of
+    these statuses."""
     if not scope or not isinstance(scope, str) or scope[0] in "*/^" or " " in scope:
         raise ValueError(f"@throttle scope {scope!r} must be a name such as 'login'.")
     if key not in CODE_KEY_KINDS:
@@ -59,7 +65,12 @@ def throttle(
         raise ValueError("@throttle burst= needs algorithm token_bucket or leaky_bucket.")
     if not callable(cost):
         cost = valid_cost(cost)  # a function's result is made usable per request: clamped_cost
-    default = DefaultRule(scope, parsed, key, algorithm, burst) if parsed is not None else None
+    _check_statuses(count_statuses, parsed is not None, algorithm)
+    default = (
+        DefaultRule(scope, parsed, key, algorithm, burst, count_statuses)
+        if parsed is not None
+        else None
+    )
     spec = ScopeSpec(scope, default, cost)
     register(spec)
 
@@ -74,11 +85,13 @@ def throttle(
                     return rejection
                 try:
                     response = await view(request, *args, **kwargs)
-                except BaseException:
-                    if not under_middleware(request):  # else the middleware ends them
-                        await arelease_leases(request)
+                except BaseException as error:
+                    if not under_middleware(request):  # else the middleware sees its response
+                        await afailed(request, error)
                     raise
-                return _finish(request, response)
+                if under_middleware(request):
+                    return response  # it writes the headers once, for every decision made
+                return await afinish(request, response)
 
             wrapper: Any = async_wrapper
         else:
@@ -94,11 +107,13 @@ def throttle(
                         return rejection
                     try:
                         response = view(request, *args, **kwargs)
-                    except BaseException:
-                        if not under_middleware(request):  # else the middleware ends them
-                            release_leases(request)
+                    except BaseException as error:
+                        if not under_middleware(request):  # else the middleware sees its response
+                            failed(request, error)
                         raise
-                    return _finish(request, response)
+                    if under_middleware(request):
+                        return response  # it writes the headers once, for every decision made
+                    return finish(request, response)
                 finally:
                     if counted:
                         threads.leave()
@@ -110,8 +125,23 @@ def throttle(
     return decorator
 
 
-def _finish(request: Any, response: Any) -> Any:
-    # With the middleware installed, it writes the headers once, for every decision made.
-    if under_middleware(request):
-        return response
-    return finish(request, response)
+def _check_statuses(count_statuses: object, has_rate: bool, algorithm: str) -> None:
+    """ValueError, when the decorator is applied, for a count_statuses no default can use."""
+    if not isinstance(count_statuses, str):
+        raise ValueError(
+            f"@throttle count_statuses must be text such as '401,403' or '4xx', "
+            f"not {count_statuses!r}."
+        )
+    try:
+        statuses = parse_statuses(count_statuses)
+    except ValueError as exc:
+        raise ValueError(f"@throttle count_statuses={count_statuses!r}: {exc}.") from None
+    if statuses is None:
+        return
+    if not has_rate:
+        raise ValueError(
+            "@throttle count_statuses= belongs to the code default: give rate= too (an admin "
+            "rule says its own statuses)."
+        )
+    if algorithm == Algorithm.CONCURRENCY:
+        raise ValueError(f"@throttle count_statuses=: {CONCURRENCY_COUNTS_ALL}.")

@@ -12,12 +12,13 @@ from django.http import HttpRequest, HttpResponse
 from .engine import (
     aenforce_unrouted,
     aenforce_view,
+    afailed,
+    afinish,
     arelease_after_threads,
-    arelease_leases,
     enforce_unrouted,
     enforce_view,
+    failed,
     finish,
-    release_leases,
     seen_by_middleware,
     serving,
 )
@@ -52,8 +53,11 @@ class ThrottleMiddleware:
         try:
             try:
                 response = self.get_response(request)
-            except BaseException:
-                release_leases(request)  # no response will be closed: the leases end now
+            except BaseException as error:
+                # Django turns a view's exception into a response before it gets here, unless
+                # DEBUG_PROPAGATE_EXCEPTIONS: then no response will be closed, the leases end
+                # now, and the request counts with the status Django would have answered.
+                failed(request, error)
                 raise
             rejection = enforce_unrouted(request)
             if rejection is not None:
@@ -72,15 +76,17 @@ class ThrottleMiddleware:
             # The client went away (ASGIHandler cancels the request): no response will be
             # closed. A sync view goes on running in its thread and keeps its slots until it
             # returns; after an async view (cancelled: its work has ended) they end at once.
+            # Its status is never known: the request stays counted by every rule (leaving
+            # before the answer must not be a way around a rule that counts failures).
             await arelease_after_threads(request)
             raise
-        except BaseException:
-            await arelease_leases(request)  # no response will be closed: the leases end now
+        except BaseException as error:
+            await afailed(request, error)  # as in __call__
             raise
         rejection = await aenforce_unrouted(request)
         if rejection is not None:
             return rejection
-        return finish(request, response)
+        return await afinish(request, response)
 
     def process_view(
         self, request: HttpRequest, view_func: Any, view_args: Any, view_kwargs: Any

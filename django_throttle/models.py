@@ -30,6 +30,7 @@ from .networks import normalized, parse_networks
 from .patterns import UnsafePattern, check_pattern
 from .rates import CALENDAR_UNITS, MAX_PER, MAX_WINDOW, MONTH, UNIT_SECONDS, describe
 from .signals import rules_written
+from .statuses import HIGHEST, LOWEST, is_status_number, item_statuses, shown, status_items
 
 __all__ = (
     "Action",
@@ -317,6 +318,9 @@ class Rule(models.Model):
         if self.unit in CALENDAR_UNITS:
             starts = "the 1st of a month" if self.unit == MONTH else "Monday"
             text += f" (counted from {starts}, 00:00 {conf.TIME_ZONE})"
+        if self.count_statuses:
+            statuses = shown(self.count_statuses)
+            text += ", " + str(_("counting only responses %(statuses)s") % {"statuses": statuses})
         if self.block_seconds:
             text += f", then blocked for {duration(self.block_seconds)}"
         notes = []
@@ -443,6 +447,8 @@ class Rule(models.Model):
             parse_networks(self.exempt_networks or "")
         except ValueError as exc:
             error("exempt_networks", str(exc))
+        for message in self._statuses_problems():
+            error("count_statuses", message)
         seconds = UNIT_SECONDS.get(self.unit)
         if seconds and isinstance(self.per, int) and self.per * seconds > MAX_WINDOW:
             error(
@@ -450,6 +456,37 @@ class Rule(models.Model):
             )
         if errors:
             raise ValidationError(errors)
+
+    def _statuses_problems(self) -> list[str | Promise]:
+        """What is wrong with count_statuses, which clean() writes as the rule keeps it."""
+        items = status_items(self.count_statuses or "")
+        self.count_statuses = ",".join(items)
+        problems: list[str | Promise] = []
+        for item in items:
+            try:
+                item_statuses(item)
+            except ValueError:
+                if is_status_number(item):
+                    problems.append(
+                        _("%(s)s is not an HTTP status: statuses run from %(low)s to %(high)s.")
+                        % {"s": item, "low": LOWEST, "high": HIGHEST}
+                    )
+                else:
+                    problems.append(
+                        _(
+                            "%(s)r is neither a status nor a class of statuses; write e.g. "
+                            "401,403 or 4xx or 5xx,429."
+                        )
+                        % {"s": item}
+                    )
+        if items and self.algorithm == Algorithm.CONCURRENCY:
+            problems.append(
+                _(
+                    "A concurrency rule counts every request in flight, whatever its status: "
+                    "leave this empty."
+                )
+            )
+        return problems
 
 
 def duration(seconds: int) -> str:

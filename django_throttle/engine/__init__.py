@@ -16,7 +16,7 @@ from .flows import (
     enforce_view,
     evaluate,
 )
-from .headers import finish
+from .headers import afailed, afinish, failed, finish
 from .leases import (
     arelease_after_threads,
     arelease_leases,
@@ -30,6 +30,8 @@ from .request_state import SPECS_ATTR, seen_by_middleware, state_of, under_middl
 
 __all__ = (
     "SPECS_ATTR",
+    "afailed",
+    "afinish",
     "adecide_key",
     "aenforce",
     "aenforce_unrouted",
@@ -43,6 +45,7 @@ __all__ = (
     "enforce_unrouted",
     "enforce_view",
     "evaluate",
+    "failed",
     "finish",
     "inspect",
     "refund_key",

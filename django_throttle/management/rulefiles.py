@@ -23,6 +23,7 @@ from ..signals import rules_written
 FIELDS = (
     "scope",
     "methods",
+    "count_statuses",
     "key_kind",
     "key_arg",
     "limit",
@@ -187,8 +188,28 @@ def _check_field(rule: str, key: str, value: Any) -> None:
     elif key == "exempt_networks" and isinstance(value, list):
         if not all(isinstance(v, str) for v in value):
             raise RuleFileError(f"rule {rule!r}: {key}: text or a list of text")
+    elif key == "count_statuses" and not isinstance(value, str):
+        if not all(_is_status(v) for v in (value if isinstance(value, list) else [value])):
+            raise RuleFileError(
+                f'rule {rule!r}: {key}: text such as "401,403" or "4xx", a status, or a '
+                f"list of them, not {_show(value)}"
+            )
     elif not isinstance(value, str):
         raise RuleFileError(f"rule {rule!r}: {key}: text, not {_show(value)}")
+
+
+def _is_status(value: Any) -> bool:
+    """A status as a hand-written file may give it: 401 (YAML reads a number) or "4xx"."""
+    return isinstance(value, str) or type(value) is int
+
+
+def _statuses_text(value: Any) -> Any:
+    """count_statuses as the rule keeps it (text), from a file's number or list."""
+    if type(value) is int:
+        return str(value)
+    if isinstance(value, list) and all(_is_status(v) for v in value):
+        return ",".join(str(v) for v in value)
+    return value
 
 
 def _check_texts(rules: list[dict[str, Any]]) -> None:
@@ -568,6 +589,8 @@ def _stage(entry: dict[str, Any], name: str, current: _Current) -> _Staged:
         value = entry[key] if key in entry else current.defaults[key]
         if key == "exempt_networks" and isinstance(value, list):
             value = ", ".join(str(v) for v in value)
+        elif key == "count_statuses":
+            value = _statuses_text(value)
         _check_type(name, key, value)
         setattr(rule, key, value)
     try:

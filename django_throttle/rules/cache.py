@@ -102,6 +102,7 @@ _COLUMNS = (
     "applies_to",
     "exempt_staff",
     "exempt_networks",
+    "count_statuses",
 )
 
 

@@ -17,6 +17,7 @@ from ..costs import clamped_cost
 from ..rates import Rate
 from ..runtime import Runtime, runtime
 from ..state_keys import state_prefix
+from ..statuses import parse_statuses, status_items
 
 logger = logging.getLogger("django_throttle")
 
@@ -26,7 +27,15 @@ Cost = int | Callable[[Any], int]
 class DefaultRule:
     """A rule written in code, compiled lazily: its state keys depend on settings."""
 
-    def __init__(self, scope: str, rate: Rate, key: str, algorithm: str, burst: int | None) -> None:
+    def __init__(
+        self,
+        scope: str,
+        rate: Rate,
+        key: str,
+        algorithm: str,
+        burst: int | None,
+        count_statuses: str = "",
+    ) -> None:
         self.scope, self.rate, self.key, self.algorithm, self.burst = (
             scope,
             rate,
@@ -34,8 +43,11 @@ class DefaultRule:
             algorithm,
             burst,
         )
+        self.count_statuses = parse_statuses(count_statuses)  # ValueError: the decorator's
+        # The statuses join the digest only when given: a default's state keys stay as they were.
+        counted = f"|{','.join(status_items(count_statuses))}" if self.count_statuses else ""
         digest = hashlib.blake2b(
-            f"{scope}|{rate}|{key}|{algorithm}|{burst}".encode(), digest_size=4
+            f"{scope}|{rate}|{key}|{algorithm}|{burst}{counted}".encode(), digest_size=4
         ).hexdigest()
         self.rule_key = "c" + digest
         self._compiled: CompiledRule | None = None
@@ -60,6 +72,7 @@ class DefaultRule:
                 action=Action.REJECT,
                 rule_key=self.rule_key,
                 calendar=calendar_of(self.rate.per, self.rate.unit),
+                count_statuses=self.count_statuses,
             )
         return compiled
 
