@@ -6,6 +6,7 @@ import ast
 import gettext
 import re
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 from django.test import Client
+from django.utils import translation
 
 from django_throttle.models import Rule
 
@@ -23,12 +25,16 @@ PLACEHOLDER = re.compile(r"%\(\w+\)[sdr]|\{\w*\}")
 
 
 @pytest.fixture
-def locale_middleware(settings: Any, throttle_middleware: None) -> None:
+def locale_middleware(settings: Any, throttle_middleware: None) -> Iterator[None]:
     """LocaleMiddleware where Django's docs put it: after sessions, before CommonMiddleware."""
     middleware = list(settings.MIDDLEWARE)
     sessions = middleware.index("django.contrib.sessions.middleware.SessionMiddleware")
     middleware.insert(sessions + 1, "django.middleware.locale.LocaleMiddleware")
     settings.MIDDLEWARE = middleware
+    yield
+    # The middleware leaves the last request's language active in this thread (the next
+    # request would activate its own); later tests expect the default.
+    translation.deactivate()
 
 
 # -- through the real middleware and the real admin ------------------------------------
