@@ -12,8 +12,8 @@ from django.db.models.functions import Coalesce
 from django.forms.models import BaseInlineFormSet
 from django.http import HttpRequest
 from django.utils import timezone
+from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
-from django.utils.translation import ngettext
 
 from .compiled import compile_rule, with_overrides
 from .dashboard.views import DashboardAdmin, collect_counts, inspect_key
@@ -104,7 +104,9 @@ class RuleAdmin(_RuleModelAdmin):
     @admin.display(description=_("rate"), ordering="limit")
     def rate(self, rule: Rule) -> str:
         text = rule.rate_description
-        return f"{text} (burst {rule.burst})" if rule.burst else text
+        if not rule.burst:
+            return text
+        return gettext("%(rate)s (burst %(burst)s)") % {"rate": text, "burst": rule.burst}
 
     @admin.display(description=_("in words"))
     def in_words(self, rule: Rule) -> str:

@@ -9,6 +9,7 @@ from urllib.parse import urlparse
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.utils.module_loading import import_string
+from django.utils.translation import gettext as _
 
 from . import metrics
 from .calendar_windows import time_zone
@@ -45,8 +46,10 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
     if not isinstance(raw, dict):
         return [
             Error(
-                f"{SETTING_NAME} must be a dict, not {type(raw).__name__}.",
-                hint=f'Write {SETTING_NAME} = {{"FAIL_OPEN": True, ...}}.',
+                _("%(setting)s must be a dict, not %(type)s.")
+                % {"setting": SETTING_NAME, "type": type(raw).__name__},
+                hint=_("Write %(example)s.")
+                % {"example": f'{SETTING_NAME} = {{"FAIL_OPEN": True, ...}}'},
                 id=E_NOT_A_DICT,
             )
         ]
@@ -55,8 +58,9 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
     for name in sorted(set(raw) - set(declared), key=repr):
         errors.append(
             Warning(
-                f"{SETTING_NAME}[{name!r}] is not a setting of django_throttle and is ignored.",
-                hint="Known settings: " + ", ".join(declared) + ".",
+                _("%(setting)s is not a setting of django_throttle and is ignored.")
+                % {"setting": f"{SETTING_NAME}[{name!r}]"},
+                hint=_("Known settings: %(names)s.") % {"names": ", ".join(declared)},
                 id=W_UNKNOWN_SETTING,
             )
         )
@@ -75,7 +79,7 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
         (
             "EXEMPT_NETWORKS",
             parse_networks,
-            'Give CIDRs, e.g. ["10.0.0.0/8", "2001:db8::/32"].',
+            _("Give CIDRs, e.g. %(example)s.") % {"example": '["10.0.0.0/8", "2001:db8::/32"]'},
             E_EXEMPT_NETWORKS,
         ),
         ("TIME_ZONE", time_zone, Settings.TIME_ZONE.hint, E_TIME_ZONE),
@@ -92,9 +96,12 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
     if "KEY_PREFIX" not in bad and ("{" in conf.KEY_PREFIX or "}" in conf.KEY_PREFIX):
         errors.append(
             Error(
-                f"{SETTING_NAME}['KEY_PREFIX'] = {conf.KEY_PREFIX!r} contains a brace.",
-                hint="Braces in a Redis key make a Redis Cluster hash tag; the client's part of "
-                "each key is the tag, so the prefix must not have one. Use e.g. 'thr'.",
+                _("%(setting)s = %(value)r contains a brace.")
+                % {"setting": f"{SETTING_NAME}['KEY_PREFIX']", "value": conf.KEY_PREFIX},
+                hint=_(
+                    "Braces in a Redis key make a Redis Cluster hash tag; the client's part of "
+                    "each key is the tag, so the prefix must not have one. Use e.g. 'thr'."
+                ),
                 id=E_KEY_PREFIX,
             )
         )
@@ -106,15 +113,20 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
 def _check_metrics(value: bool | str) -> Iterable[CheckMessage]:
     if isinstance(value, str) and value != "auto":
         yield Error(
-            f"{SETTING_NAME}['METRICS'] is {value!r}.",
-            hint="Use True, False or 'auto' (on when prometheus_client is installed).",
+            _("%(setting)s is %(value)r.")
+            % {"setting": f"{SETTING_NAME}['METRICS']", "value": value},
+            hint=_("Use True, False or 'auto' (on when prometheus_client is installed)."),
             id=E_BAD_CHOICE,
         )
     elif value is True and not metrics.client_installed():
         yield Error(
-            f"{SETTING_NAME}['METRICS'] is True but prometheus_client is not installed.",
-            hint=f"Install it with the extra: {metrics.INSTALL_HINT}, or set METRICS to "
-            "'auto' to record metrics only where it is installed.",
+            _("%(setting)s is True but prometheus_client is not installed.")
+            % {"setting": f"{SETTING_NAME}['METRICS']"},
+            hint=_(
+                "Install it with the extra: %(command)s, or set METRICS to "
+                "'auto' to record metrics only where it is installed."
+            )
+            % {"command": metrics.INSTALL_HINT},
             id=E_METRICS_CLIENT,
         )
 
@@ -127,8 +139,9 @@ def _check_cluster_url(url: str) -> Iterable[CheckMessage]:
         port = -1
     if parsed.scheme not in ("redis", "rediss") or not parsed.hostname or port == -1:
         yield Error(
-            f"{SETTING_NAME}['CLUSTER_URL'] = {url!r} is not the URL of a Redis node.",
-            hint='Give any node of the cluster: "redis://host:7000", or "rediss://..." for TLS.',
+            _("%(setting)s = %(value)r is not the URL of a Redis node.")
+            % {"setting": f"{SETTING_NAME}['CLUSTER_URL']", "value": url},
+            hint=_('Give any node of the cluster: "redis://host:7000", or "rediss://..." for TLS.'),
             id=E_CLUSTER_URL,
         )
 
@@ -137,23 +150,30 @@ def _check_store() -> Iterable[CheckMessage]:
     path = conf.cache_backend_path
     if path is None:
         yield Error(
-            f"{SETTING_NAME}['CACHE'] names the cache {conf.CACHE!r}, which is not in CACHES.",
-            hint="Set it to the alias of your django-redis cache, e.g. 'default'.",
+            _("%(setting)s names the cache %(cache)r, which is not in CACHES.")
+            % {"setting": f"{SETTING_NAME}['CACHE']", "cache": conf.CACHE},
+            hint=_("Set it to the alias of your django-redis cache, e.g. 'default'."),
             id=E_UNKNOWN_CACHE,
         )
     elif conf.BACKEND == "redis" and not path.startswith(REDIS_CACHE_PREFIX):
         yield Error(
-            f"{SETTING_NAME}['BACKEND'] is 'redis' but the cache {conf.CACHE!r} uses {path}.",
-            hint="Point CACHE at a cache whose BACKEND is django_redis.cache.RedisCache.",
+            _("%(setting)s is 'redis' but the cache %(cache)r uses %(path)s.")
+            % {"setting": f"{SETTING_NAME}['BACKEND']", "cache": conf.CACHE, "path": path},
+            hint=_("Point CACHE at a cache whose BACKEND is django_redis.cache.RedisCache."),
             id=E_CACHE_NOT_REDIS,
         )
     elif not conf.uses_redis and not settings.DEBUG and conf.BACKEND == "auto":
         yield Warning(
-            f"Rate limits are counted in each process's memory: the cache {conf.CACHE!r} "
-            f"uses {path or 'no backend'}, not django-redis, so every process (and every "
-            "server) enforces its own limits.",
-            hint="Configure a django-redis cache and point DJANGO_THROTTLE['CACHE'] at it, or "
-            "set DJANGO_THROTTLE['BACKEND'] = 'memory' to say per-process limits are meant.",
+            _(
+                "Rate limits are counted in each process's memory: the cache %(cache)r "
+                "uses %(path)s, not django-redis, so every process (and every "
+                "server) enforces its own limits."
+            )
+            % {"cache": conf.CACHE, "path": path or _("no backend")},
+            hint=_(
+                "Configure a django-redis cache and point DJANGO_THROTTLE['CACHE'] at it, or "
+                "set DJANGO_THROTTLE['BACKEND'] = 'memory' to say per-process limits are meant."
+            ),
             id=W_MEMORY_BACKEND,
         )
 
@@ -165,12 +185,21 @@ def _check_key_functions(functions: dict[str, Any]) -> Iterable[CheckMessage]:
         except ImportError as exc:
             function, reason = None, str(exc)
         else:
-            reason = "it is not callable" if function is not None else "it is not a dotted path"
+            reason = (
+                _("it is not callable") if function is not None else _("it is not a dotted path")
+            )
         if not callable(function):
             yield Error(
-                f"{SETTING_NAME}['KEY_FUNCTIONS'][{name!r}] = {path!r} cannot be used: {reason}.",
-                hint="Give the dotted path of a function that takes the request and returns a "
-                "string or None.",
+                _("%(setting)s = %(value)r cannot be used: %(reason)s.")
+                % {
+                    "setting": f"{SETTING_NAME}['KEY_FUNCTIONS'][{name!r}]",
+                    "value": path,
+                    "reason": reason,
+                },
+                hint=_(
+                    "Give the dotted path of a function that takes the request and returns a "
+                    "string or None."
+                ),
                 id=E_KEY_FUNCTION,
             )
 
@@ -183,8 +212,11 @@ def check_middleware(**kwargs: Any) -> list[CheckMessage]:
     if middleware.index(MIDDLEWARE_PATH) < middleware.index(AUTH_MIDDLEWARE_PATH):
         return [
             Error(
-                f"{MIDDLEWARE_PATH} is listed before {AUTH_MIDDLEWARE_PATH}.",
-                hint="Move it after AuthenticationMiddleware so rules keyed by user see the user.",
+                _("%(middleware)s is listed before %(auth)s.")
+                % {"middleware": MIDDLEWARE_PATH, "auth": AUTH_MIDDLEWARE_PATH},
+                hint=_(
+                    "Move it after AuthenticationMiddleware so rules keyed by user see the user."
+                ),
                 id=E_MIDDLEWARE_ORDER,
             )
         ]

@@ -11,6 +11,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models, transaction
 from django.utils import timezone
 from django.utils.functional import Promise
+from django.utils.translation import gettext, ngettext, pgettext
 from django.utils.translation import gettext_lazy as _
 
 from .choices import (
@@ -28,7 +29,20 @@ from .compiled import MAX_BLOCK, MAX_LIMIT
 from .conf import conf
 from .networks import normalized, parse_networks
 from .patterns import UnsafePattern, check_pattern
-from .rates import CALENDAR_UNITS, MAX_PER, MAX_WINDOW, MONTH, UNIT_SECONDS, describe
+from .rates import (
+    CALENDAR_UNITS,
+    DAY,
+    HOUR,
+    MAX_PER,
+    MAX_WINDOW,
+    MINUTE,
+    MONTH,
+    SECOND,
+    UNIT_SECONDS,
+    count_of,
+    describe,
+    window_words,
+)
 from .signals import rules_written
 from .statuses import HIGHEST, LOWEST, is_status_number, item_statuses, shown, status_items
 
@@ -307,63 +321,88 @@ class Rule(models.Model):
     @property
     def explanation(self) -> str:
         """The rule in words, as the admin shows it: ``at most 100 requests per 15 minutes
-        per client IP, then blocked for 1 hour; POST only; staff exempt``."""
-        requests = "request" if self.limit == 1 else "requests"
-        window = self.unit if self.per == 1 else f"{self.per} {self.unit}s"
+        per client IP, then blocked for 1 hour; POST only; staff exempt`` (in the active
+        language: each part is one message, so that a translator may reorder its words)."""
+        values = {
+            "limit": self.limit,
+            "window": window_words(self.per, self.unit),
+            "key": self.key_phrase,
+        }
         if self.algorithm == Algorithm.CONCURRENCY:
-            text = f"at most {self.limit} {requests} in flight {self.key_phrase}"
-            text += f" (a slot lasts {window if self.per > 1 else 'a ' + window} at most)"
+            values["window"] = slot_words(self.per, self.unit)
+            text = ngettext(
+                "at most %(limit)s request in flight %(key)s (a slot lasts %(window)s at most)",
+                "at most %(limit)s requests in flight %(key)s (a slot lasts %(window)s at most)",
+                self.limit,
+            )
         else:
-            text = f"at most {self.limit} {requests} per {window} {self.key_phrase}"
+            text = ngettext(
+                "at most %(limit)s request per %(window)s %(key)s",
+                "at most %(limit)s requests per %(window)s %(key)s",
+                self.limit,
+            )
+        text %= values
         if self.unit in CALENDAR_UNITS:
-            starts = "the 1st of a month" if self.unit == MONTH else "Monday"
-            text += f" (counted from {starts}, 00:00 {conf.TIME_ZONE})"
+            starts = (
+                gettext("(counted from the 1st of a month, 00:00 %(zone)s)")
+                if self.unit == MONTH
+                else gettext("(counted from Monday, 00:00 %(zone)s)")
+            )
+            text += " " + starts % {"zone": conf.TIME_ZONE}
         if self.count_statuses:
             statuses = shown(self.count_statuses)
-            text += ", " + str(_("counting only responses %(statuses)s") % {"statuses": statuses})
+            text += gettext(", counting only responses %(statuses)s") % {"statuses": statuses}
         if self.block_seconds:
-            text += f", then blocked for {duration(self.block_seconds)}"
+            text += gettext(", then blocked for %(duration)s") % {
+                "duration": duration(self.block_seconds)
+            }
         notes = []
         if self.methods:
-            notes.append(f"{self.methods.replace(',', ', ')} only")
+            notes.append(gettext("%(methods)s only") % {"methods": self.methods.replace(",", ", ")})
         audience = {
-            str(AppliesTo.ANONYMOUS): "anonymous clients only",
-            str(AppliesTo.AUTHENTICATED): "authenticated users only",
-            str(AppliesTo.GROUPS): "members of chosen groups only",
+            str(AppliesTo.ANONYMOUS): gettext("anonymous clients only"),
+            str(AppliesTo.AUTHENTICATED): gettext("authenticated users only"),
+            str(AppliesTo.GROUPS): gettext("members of chosen groups only"),
         }.get(self.applies_to)
         if audience:
             notes.append(audience)
         if self.exempt_staff:
-            notes.append("staff exempt")
+            notes.append(gettext("staff exempt"))
         if self.exempt_networks:
-            notes.append(f"{self.exempt_networks.strip()} exempt")
+            notes.append(
+                gettext("%(networks)s exempt") % {"networks": self.exempt_networks.strip()}
+            )
         if self.action == Action.LOG:
-            notes.append("logged only, never rejected")
+            notes.append(gettext("logged only, never rejected"))
         elif self.action == Action.DELAY:
-            notes.append("delayed to its turn rather than rejected")
-        return "; ".join([text, *notes])
+            notes.append(gettext("delayed to its turn rather than rejected"))
+        return pgettext("between the parts of a rule in words", "; ").join([text, *notes])
 
     @property
     def key_phrase(self) -> str:
         kind = self.key_kind
-        phrases = {
-            KeyKind.IP: "per client IP",
-            KeyKind.USER: "per user (anonymous requests not counted)",
-            KeyKind.USER_OR_IP: "per user, or per IP when anonymous",
-            KeyKind.GLOBAL: "for all clients together",
-            KeyKind.HEADER: f"per value of the {self.key_arg} header",
-            KeyKind.PARAM: f"per value of the {self.key_arg} parameter",
-            KeyKind.CUSTOM: f"per {self.key_arg} (a key function)",
-        }
-        return (
-            phrases.get(KeyKind(kind), f"per {kind}") if kind in KeyKind.values else f"per {kind}"
-        )
+        arg = {"arg": self.key_arg}
+        if kind == KeyKind.IP:
+            return gettext("per client IP")
+        if kind == KeyKind.USER:
+            return gettext("per user (anonymous requests not counted)")
+        if kind == KeyKind.USER_OR_IP:
+            return gettext("per user, or per IP when anonymous")
+        if kind == KeyKind.GLOBAL:
+            return gettext("for all clients together")
+        if kind == KeyKind.HEADER:
+            return gettext("per value of the %(arg)s header") % arg
+        if kind == KeyKind.PARAM:
+            return gettext("per value of the %(arg)s parameter") % arg
+        if kind == KeyKind.CUSTOM:
+            return gettext("per %(arg)s (a key function)") % arg
+        return gettext("per %(arg)s") % {"arg": kind}
 
     @property
     def rate_description(self) -> str:
         """``100 per 15 minutes``; ``3 in flight`` for a concurrency rule."""
         if self.algorithm == Algorithm.CONCURRENCY:
-            return f"{self.limit} in flight"
+            return gettext("%(limit)s in flight") % {"limit": self.limit}
         return describe(self.limit, self.per, self.unit)
 
     @property
@@ -491,11 +530,23 @@ class Rule(models.Model):
 
 def duration(seconds: int) -> str:
     """``1 hour``, ``90 seconds``, ``2 days``: the largest unit that divides it."""
-    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+    for unit, size in ((DAY, 86400), (HOUR, 3600), (MINUTE, 60)):
         if seconds % size == 0:
-            count = seconds // size
-            return f"{count} {unit}" + ("" if count == 1 else "s")
-    return f"{seconds} second" + ("" if seconds == 1 else "s")
+            return count_of(seconds // size, unit)
+    return count_of(seconds, SECOND)
+
+
+def slot_words(per: int, unit: str) -> str:
+    """``a minute``, ``10 minutes``: how long a concurrency slot lasts at most."""
+    if per != 1:
+        return count_of(per, unit)
+    words = {
+        SECOND: gettext("a second"),
+        MINUTE: gettext("a minute"),
+        HOUR: gettext("an hour"),
+        DAY: gettext("a day"),
+    }
+    return words.get(unit, count_of(1, unit))
 
 
 def scope_problem(scope: str) -> str | None:

@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import NamedTuple
 
+from django.utils.translation import gettext, ngettext, pgettext
+
 SECOND, MINUTE, HOUR, DAY, WEEK, MONTH = "second", "minute", "hour", "day", "week", "month"
 
 # A week or a month is a calendar window (calendar_windows.py): its length in seconds varies
@@ -72,8 +74,35 @@ class Rate(NamedTuple):
 
 def describe(limit: int, per: int, unit: str) -> str:
     """``100 per 15 minutes``, ``5 per minute``: a rule's rate in words."""
-    window = unit if per == 1 else f"{per} {unit}s"
-    return f"{limit} per {window}"
+    return gettext("%(limit)s per %(window)s") % {"limit": limit, "window": window_words(per, unit)}
+
+
+def window_words(per: int, unit: str) -> str:
+    """``minute``, ``15 minutes``: a window as it follows "per" (in the active language)."""
+    if per == 1:
+        words = {
+            SECOND: pgettext("per ...", "second"),
+            MINUTE: pgettext("per ...", "minute"),
+            HOUR: pgettext("per ...", "hour"),
+            DAY: pgettext("per ...", "day"),
+            WEEK: pgettext("per ...", "week"),
+            MONTH: pgettext("per ...", "month"),
+        }
+        return words.get(unit, unit)
+    return count_of(per, unit)
+
+
+def count_of(count: int, unit: str) -> str:
+    """``1 hour``, ``15 minutes``: a number of units (in the active language)."""
+    phrases = {
+        SECOND: ngettext("%(n)d second", "%(n)d seconds", count),
+        MINUTE: ngettext("%(n)d minute", "%(n)d minutes", count),
+        HOUR: ngettext("%(n)d hour", "%(n)d hours", count),
+        DAY: ngettext("%(n)d day", "%(n)d days", count),
+        WEEK: ngettext("%(n)d week", "%(n)d weeks", count),
+        MONTH: ngettext("%(n)d month", "%(n)d months", count),
+    }
+    return phrases.get(unit, f"%(n)d {unit}") % {"n": count}
 
 
 def parse_rate(text: str) -> Rate:

@@ -11,6 +11,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonRespons
 from django.template.loader import render_to_string
 from django.utils.module_loading import import_string
 from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 
 from .conf import conf
 from .decision import Decision
@@ -81,9 +82,11 @@ def default_rejection(request: HttpRequest, decision: Decision) -> HttpResponse:
     if decision.unavailable:
         detail = _("The service is temporarily unavailable. Please try again later.")
     else:
-        detail = _("Too many requests. Please try again in %(seconds)d seconds.") % {
-            "seconds": seconds
-        }
+        detail = ngettext(
+            "Too many requests. Please try again in %(seconds)d second.",
+            "Too many requests. Please try again in %(seconds)d seconds.",
+            seconds,
+        ) % {"seconds": seconds}
     if wants_json(request):
         return JsonResponse({"detail": detail, "retry_after": seconds}, status=status)
     context: dict[str, Any] = {

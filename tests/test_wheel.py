@@ -51,6 +51,16 @@ def test_wheel_carries_package_data(wheel, name):
     assert name in wheel.namelist()
 
 
+LANGUAGES = ("ko", "ja", "zh_Hans", "de", "fr", "es", "pt_BR")
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_wheel_carries_the_compiled_catalogue_and_its_source(wheel, language):
+    catalogue = f"django_throttle/locale/{language}/LC_MESSAGES/django"
+    assert {f"{catalogue}.mo", f"{catalogue}.po"} <= set(wheel.namelist())
+    assert wheel.read(f"{catalogue}.mo") == (ROOT / f"{catalogue}.mo").read_bytes()
+
+
 def test_wheel_carries_every_lua_script(wheel):
     sources = sorted(p.relative_to(ROOT).as_posix() for p in PACKAGE.glob("**/lua/*.lua"))
     assert {s.split("/")[1] for s in sources} == {"store"}  # every script in store/lua/

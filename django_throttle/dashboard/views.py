@@ -20,6 +20,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from ..choices import ALGORITHMS_WITH_BURST as BUCKETS
@@ -414,7 +415,7 @@ def _default_states(scope: str, key: str) -> list[KeyState]:
     states = [
         KeyState(
             CodeDefault(
-                name=f"{scope} (code default)",
+                name=gettext("%(scope)s (code default)") % {"scope": scope},
                 scope=scope,
                 rate_description=describe(d.rate.limit, d.rate.per, d.rate.unit),
             )
