@@ -24,6 +24,8 @@ from .breaker import NodeBreakers
 from .connections import AsyncConnectionStack, ConnectionStack, acall, call, keeps
 from .errors import STORE_ERRORS
 from .redis import (
+    BLOCK_SHA,
+    BLOCK_SOURCE,
     CLOCK_MISS,
     DECIDE_SHA,
     DECIDE_SOURCE,
@@ -32,6 +34,7 @@ from .redis import (
     REPLY_FIELDS,
     CalendarMissError,
     ServerClock,
+    block_input,
     decide_input,
     decision_kwargs,
     parse_reply,
@@ -449,6 +452,14 @@ class ClusterStore(_Cluster):
         for slot, indices in group_by_slot(checks).items():
             group = [checks[i] for i in indices]
             self._run(slot, REFUND_SHA, REFUND_SOURCE, refund_input(group, at))
+
+    def block(self, checks: Sequence[Check], seconds: int) -> None:
+        """block.lua once per slot group (one client's keys: one slot)."""
+        if self._stale:
+            self._refresh()
+        for slot, indices in group_by_slot(checks).items():
+            group = [checks[i] for i in indices]
+            self._run(slot, BLOCK_SHA, BLOCK_SOURCE, block_input(group, seconds))
 
 
 class AsyncClusterStore(_Cluster):
