@@ -7,7 +7,8 @@
 -- ZADD), so no key ever lives without expiry. Time is the server's (TIME).
 --
 -- KEYS     for each check in order, its state key, then its block key (every key of one
---          client shares its {hash tag}: one cluster slot)
+--          client shares its {hash tag}: one cluster slot); the state key twice when the
+--          block cannot be read (its slot migrating: the block neither read nor started)
 -- ARGV     "dry" first for a dry run (evaluate, write nothing); then for each check:
 --            code     algorithm: f fixed window, k calendar window (a fixed window of
 --                     weeks or months), c sliding window counter, l sliding window log,
@@ -93,7 +94,8 @@ while code do
   k = k + 1
   local bkey = keys[k]
   ok, wait, blocked = false, 0, false
-  local left = call('PTTL', bkey)
+  -- The state key again: no block key (a slot migrating, see cluster.py's _redirected).
+  local left = bkey ~= key and call('PTTL', bkey) or 0
   if left > 0 then
     blocked, rem_now, reset_after, wait = true, 0, left * 1000, left * 1000
   end
@@ -417,7 +419,7 @@ while code do
   end
 
   if not ok then
-    if block ~= '0' and not blocked and not dry then
+    if block ~= '0' and bkey ~= key and not blocked and not dry then
       if not blocks then blocks = {} end
       blocks[#blocks + 1] = bkey
       blocks[#blocks + 1] = block .. '000'
