@@ -9,10 +9,12 @@ __version__ = "0.1.0"
 __all__ = (
     "Decision",
     "aacquire",
+    "ablock_key",
     "acheck",
     "acheck_key",
     "acquire",
     "arefund",
+    "block_key",
     "check",
     "check_key",
     "refund",
@@ -24,10 +26,12 @@ __all__ = (
 if TYPE_CHECKING:
     from .api import (
         aacquire,
+        ablock_key,
         acheck,
         acheck_key,
         acquire,
         arefund,
+        block_key,
         check,
         check_key,
         refund,
@@ -50,6 +54,8 @@ _LAZY = MappingProxyType(
         "refund": "api",
         "arefund": "api",
         "refund_key": "api",
+        "block_key": "api",
+        "ablock_key": "api",
         "Decision": "decision",
     }
 )

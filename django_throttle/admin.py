@@ -46,11 +46,25 @@ class OverrideFormSet(BaseInlineFormSet):  # type: ignore[type-arg]
             seen.add(key)
 
 
+def override_in_force(override: Override) -> str:
+    """ "expired" for an override past its expires_at (ignored by every process), else "yes"."""
+    if override.pk is None:
+        return "-"
+    if override.expires_at is not None and override.expires_at <= timezone.now():
+        return str(_("expired"))
+    return str(_("yes"))
+
+
 class OverrideInline(_OverrideInline):
     model = Override
     formset = OverrideFormSet
     extra = 0
-    fields = ("key", "limit", "exempt")
+    fields = ("key", "limit", "exempt", "expires_at", "in_force")
+    readonly_fields = ("in_force",)
+
+    @admin.display(description=_("in force"))
+    def in_force(self, override: Override) -> str:
+        return override_in_force(override)
 
 
 @admin.register(Rule)
@@ -184,10 +198,14 @@ class RuleAdmin(_RuleModelAdmin):
 
 @admin.register(Override)
 class OverrideAdmin(_OverrideModelAdmin):
-    list_display = ("key", "rule", "limit", "exempt")
+    list_display = ("key", "rule", "limit", "exempt", "expires_at", "in_force")
     list_filter = ("exempt", "rule")
     search_fields = ("key", "rule__name")
     autocomplete_fields = ("rule",)
+
+    @admin.display(description=_("in force"))
+    def in_force(self, override: Override) -> str:
+        return override_in_force(override)
 
 
 admin.site.register(Dashboard, DashboardAdmin)

@@ -1,4 +1,5 @@
-"""Throttling from code: ``check()``, ``check_key()``, ``acquire()``, ``refund()``, ``reset()``."""
+"""Throttling from code: ``check()``, ``check_key()``, ``acquire()``, ``refund()``, ``reset()``,
+``block_key()``."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from typing import Any
 from .costs import valid_cost
 from .decision import Decision
 from .engine import (
+    ablock_key as engine_ablock_key,
+)
+from .engine import (
     adecide_key,
     aevaluate,
     arefund_request,
@@ -16,6 +20,9 @@ from .engine import (
     evaluate,
     refund_request,
     reset_key,
+)
+from .engine import (
+    block_key as engine_block_key,
 )
 from .engine import (
     refund_key as engine_refund_key,
@@ -46,6 +53,19 @@ def reset(scope: str, key: str) -> int:
     under every rule of ``scope``; returns how many rules were reset. Every process forgets
     the rejections it remembers (BLOCK_CACHE) within RULES_REFRESH, without reloading rules."""
     return reset_key(scope, key)
+
+
+def block_key(scope: str, key: str, seconds: int) -> int:
+    """Reject client ``key`` under every rule of ``scope`` (admin rules, else code defaults) for
+    ``seconds`` (a whole number, at most a year), in every process, whatever its state: its
+    ``Retry-After`` counts down to the end. ``reset(scope, key)`` ends it. Returns how many
+    rules; ValueError for bad arguments; the store's error is raised."""
+    return engine_block_key(scope, key, seconds)
+
+
+async def ablock_key(scope: str, key: str, seconds: int) -> int:
+    """``block_key()`` for async code."""
+    return await engine_ablock_key(scope, key, seconds)
 
 
 def check_key(scope: str, key: str, cost: int = 1, dry_run: bool = False) -> Decision:

@@ -74,6 +74,8 @@ class CompiledRule:
     overrides: Mapping[str, CompiledRule | None] | None = field(
         default=None, compare=False, repr=False
     )
+    # Identity -> when its override stops applying (Unix seconds), for those that end.
+    override_ends: Mapping[str, float] | None = field(default=None, compare=False, repr=False)
     # The store's own cache of this rule's part of a store call, made at first use (store/).
     store_args: Any = field(init=False, compare=False, repr=False)
     # Whether a rejection by this rule rejects the request (a log-only rule never does).
@@ -187,15 +189,25 @@ def _on_loop(
     return WITH_USER if exempt_staff else ON_LOOP
 
 
+# An override as with_overrides() takes it: key, limit, exempt, and optionally when it stops
+# applying (Unix seconds; None: never).
+OverrideSpec = tuple[str, int | None, bool] | tuple[str, int | None, bool, float | None]
+
+
 def with_overrides(
-    rule: CompiledRule, overrides: Iterable[tuple[str, int | None, bool]]
+    rule: CompiledRule, overrides: Iterable[OverrideSpec]
 ) -> tuple[CompiledRule, list[str]]:
-    """The rule with its overrides, (key, limit, exempt) each, and why any was skipped (an
-    override that cannot be used never takes its rule down). A client's own limit keeps the
-    rule's state (the same key): only the limit the state is compared with changes."""
+    """The rule with its overrides, (key, limit, exempt[, ends]) each, and why any was skipped
+    (an override that cannot be used never takes its rule down). A client's own limit keeps
+    the rule's state (the same key): only the limit the state is compared with changes."""
     table: dict[str, CompiledRule | None] = {}
+    ends: dict[str, float] = {}
     skipped = []
-    for key, limit, exempt in overrides:
+    for spec in overrides:
+        key, limit, exempt = spec[0], spec[1], spec[2]
+        end = spec[3] if len(spec) > 3 else None
+        if end is not None:
+            ends[key] = end
         if exempt:
             table[key] = None
             continue
@@ -211,7 +223,10 @@ def with_overrides(
         # A bucket's burst defaults to its limit; an explicit burst stays the rule's.
         burst = limit if rule.burst == rule.limit else rule.burst
         table[key] = replace(rule, limit=limit, burst=burst)
-    return (replace(rule, overrides=table) if table else rule), skipped
+    if not table:
+        return rule, skipped
+    ends = {key: end for key, end in ends.items() if key in table}
+    return replace(rule, overrides=table, override_ends=ends or None), skipped
 
 
 def _check_values(

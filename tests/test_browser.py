@@ -140,3 +140,62 @@ def test_dashboard_in_a_real_browser(live_server, django_user_model):
     assert entry.object_repr.startswith("login:")
     assert entry.change_message == f"Reset the state of client key ip:{TOP_CLIENT}."
     assert (ARTIFACTS / "dashboard.png").stat().st_size > 10_000
+
+
+@pytest.mark.django_db(transaction=True)
+def test_block_from_the_top_clients_and_unblock_on_the_key_page(live_server, django_user_model):
+    require_browser()
+    from playwright.sync_api import sync_playwright
+
+    django_user_model.objects.create_superuser("admin", "admin@example.com", "pw")
+    rule("login", "login", 3)
+    request = partial(RequestFactory().post, "/login/", REMOTE_ADDR=TOP_CLIENT)
+    for _ in range(5):
+        check(request(), "login")
+    flush()
+    ARTIFACTS.mkdir(exist_ok=True)
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.goto(f"{live_server.url}/admin/login/?next=/admin/django_throttle/dashboard/")
+            page.fill("#id_username", "admin")
+            page.fill("#id_password", "pw")
+            page.click("input[type=submit]")
+            page.wait_for_url("**/admin/django_throttle/dashboard/")
+
+            # Block the top client for a day from its row.
+            row = page.locator("#throttle-top-keys tbody tr").filter(has_text=f"ip:{TOP_CLIENT}")
+            row.locator("details.throttle-actions summary").click()
+            row.locator("select.throttle-block-seconds").select_option("86400")
+            page.screenshot(path=str(ARTIFACTS / "dashboard-actions.png"), full_page=True)
+            row.locator("input.throttle-block").click()
+            page.wait_for_selector(".messagelist")
+            assert f"Client key ip:{TOP_CLIENT} blocked for 1 day under rule login." in (
+                page.inner_text(".messagelist")
+            )
+            page.wait_for_url("**/admin/django_throttle/dashboard/")
+
+            # The key page says so; Unblock ends it.
+            row = page.locator("#throttle-top-keys tbody tr").filter(has_text=f"ip:{TOP_CLIENT}")
+            row.get_by_role("link", name="inspect").click()
+            page.wait_for_url("**/admin/django_throttle/dashboard/key/**")
+            state = page.locator("tr.throttle-state[data-rule=login]")
+            assert "blocked for 86" in state.locator(".throttle-blocked").inner_text()
+            state.locator("input.throttle-reset").click()
+            page.wait_for_selector(".messagelist")
+            assert f"Client key ip:{TOP_CLIENT} reset under rule login." in page.inner_text(
+                ".messagelist"
+            )
+            state = page.locator("tr.throttle-state[data-rule=login]")
+            assert state.locator(".remaining").inner_text() == "3"
+        finally:
+            browser.close()
+
+    assert remaining_of_top_client() == 3
+    messages = list(LogEntry.objects.order_by("pk").values_list("change_message", flat=True))
+    assert messages == [
+        f"Blocked client key ip:{TOP_CLIENT} for 1 day.",
+        f"Reset the state of client key ip:{TOP_CLIENT}.",
+    ]

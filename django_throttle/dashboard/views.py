@@ -1,4 +1,5 @@
-"""The admin dashboard's pages: rejections by rule and client, and a key's state with a reset."""
+"""The admin dashboard's pages: rejections by rule and client, and a key's state; the actions
+on a client (actions.py)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from django import forms
-from django.contrib import admin, messages
-from django.contrib.admin.models import CHANGE, LogEntry
+from django.contrib import admin
 from django.contrib.auth import get_permission_codename, get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.serializers.json import DjangoJSONEncoder
@@ -27,7 +27,7 @@ from ..choices import ALGORITHMS_WITH_BURST as BUCKETS
 from ..choices import KeyKind
 from ..compiled import CompiledRule, with_overrides
 from ..conf import conf
-from ..engine import inspect, reset_rules, rule_for
+from ..engine import inspect, rule_for
 from ..models import Dashboard, Rule
 from ..rates import describe
 from ..rejection_log import REJECT, SHADOW, UNAVAILABLE, collect, is_complete
@@ -35,6 +35,7 @@ from ..rejection_log.database import as_datetime
 from ..rules import compile_rule, default_scopes, defaults_of
 from ..store import Result, get_store
 from ..store.errors import STORE_ERRORS
+from .actions import BLOCK_TIMES, EXPIRY_TIMES, act
 from .chart import chart_svg, legend
 from .queries import DEFAULT_PERIOD, PERIODS, dashboard_data
 
@@ -42,8 +43,6 @@ logger = logging.getLogger("django_throttle")
 COLLECT_WAIT = 1.0  # seconds the page waits for this process's own flush under way
 
 if TYPE_CHECKING:
-    from django.contrib.auth.base_user import AbstractBaseUser
-
     # ModelAdmin is generic in django-stubs only; it cannot be subscripted at run time.
     _DashboardModelAdmin = admin.ModelAdmin[Dashboard]
 else:
@@ -82,12 +81,6 @@ class KeyForm(forms.Form):
         if not data.get("rule") and not data.get("scope"):
             raise forms.ValidationError(_("Choose rules, or a scope with code defaults."))
         return data
-
-
-class ResetForm(forms.Form):
-    rule = forms.ModelChoiceField(queryset=Rule.objects.all(), required=False)
-    scope = forms.CharField(max_length=255, required=False)
-    key = forms.CharField(max_length=2000, strip=True)
 
 
 KEY_PREFIXES: Mapping[str, tuple[str, ...]] = MappingProxyType(
@@ -176,14 +169,7 @@ class DashboardAdmin(_DashboardModelAdmin):
             row["client"] = row["display"]
             if row["display"] in usernames:
                 row["client"] = f"{row['display']} ({usernames[row['display']]})"
-            rule_id = rule_ids.get(row["rule"])
-            row["inspect_url"] = (
-                reverse("admin:django_throttle_dashboard_key")
-                + "?"
-                + urlencode({"rule": rule_id, "key": row["display"]})
-                if rule_id is not None and is_complete(row["display"], row["key"])
-                else None
-            )
+            _target(row, rule_ids)
         for row in data["recent"]:
             row["action_label"] = ACTION_LABELS[row["action"]]
         periods = [
@@ -210,6 +196,10 @@ class DashboardAdmin(_DashboardModelAdmin):
             + "?"
             + urlencode({k: v for k, v in (("rule", rule), ("period", period)) if v}),
             key_form=KeyForm(),
+            can_act=self.can_reset(request),
+            here=request.get_full_path(),
+            block_times=BLOCK_TIMES,
+            expiry_times=EXPIRY_TIMES,
             flush_interval=conf.FLUSH_INTERVAL,
             retention_days=conf.RETENTION_DAYS,
             **(extra_context or {}),
@@ -226,7 +216,9 @@ class DashboardAdmin(_DashboardModelAdmin):
         """GET: the state of a key under some rules, read without consuming. POST: reset it."""
         self._require_view(request)
         if request.method == "POST":
-            return self._reset(request)
+            if not self.can_reset(request):
+                raise PermissionDenied
+            return act(request)
         form = KeyForm(request.GET if "key" in request.GET else None, initial=_initial(request))
         states = []
         if form.is_bound and form.is_valid():
@@ -239,75 +231,30 @@ class DashboardAdmin(_DashboardModelAdmin):
             key=form.cleaned_data["key"] if form.is_bound and form.is_valid() else "",
             states=states,
             can_reset=self.can_reset(request),
+            here=request.get_full_path(),
+            block_times=BLOCK_TIMES,
+            expiry_times=EXPIRY_TIMES,
         )
         return TemplateResponse(request, "admin/django_throttle/dashboard_key.html", context)
 
-    def _reset(self, request: HttpRequest) -> HttpResponse:
-        if not self.can_reset(request):
-            raise PermissionDenied
-        form = ResetForm(request.POST)
-        if not form.is_valid():
-            messages.error(request, _("Choose a rule and a key to reset."))
-            return HttpResponseRedirect(reverse("admin:django_throttle_dashboard_key"))
-        rule, key = form.cleaned_data["rule"], form.cleaned_data["key"]
-        if rule is None:
-            return _reset_defaults(request, form.cleaned_data["scope"], key)
-        back = (
-            reverse("admin:django_throttle_dashboard_key")
-            + "?"
-            + urlencode({"rule": rule.pk, "key": key})
-        )
-        try:
-            # Every process forgets remembered rejections (BLOCK_CACHE); no rule reloads.
-            reset_rules([compile_rule(rule)], key)
-        except STORE_ERRORS as exc:
-            messages.error(
-                request, _("The store is unavailable (%(e)s); nothing was reset.") % {"e": exc}
-            )
-            return HttpResponseRedirect(back)
-        except Exception as exc:  # a rule that cannot be compiled (e.g. a key function removed)
-            messages.error(request, _("This rule cannot be used: %(e)s") % {"e": exc})
-            return HttpResponseRedirect(back)
-        message = _("Reset the state of client key %(key)s.") % {"key": key}
-        LogEntry.objects.log_actions(
-            # admin_view() lets only a logged-in staff user in: never AnonymousUser.
-            user_id=cast("AbstractBaseUser", request.user).pk,
-            queryset=[rule],
-            action_flag=CHANGE,
-            change_message=str(message),
-            single_object=True,
-        )
-        messages.success(
-            request,
-            _("Client key %(key)s reset under rule %(rule)s.") % {"key": key, "rule": rule.name},
-        )
-        return HttpResponseRedirect(back)
 
-
-def _reset_defaults(request: HttpRequest, scope: str, key: str) -> HttpResponse:
-    """Reset a key under the code defaults of a scope (no admin rule to log the change on)."""
-    back = (
-        reverse("admin:django_throttle_dashboard_key")
-        + "?"
-        + urlencode({"scope": scope, "key": key})
-    )
-    defaults = defaults_of(scope)
-    if not defaults:
-        messages.error(request, _("Choose a rule and a key to reset."))
-        return HttpResponseRedirect(reverse("admin:django_throttle_dashboard_key"))
-    try:
-        reset_rules([default.compile() for default in defaults], key)
-    except STORE_ERRORS as exc:
-        messages.error(
-            request, _("The store is unavailable (%(e)s); nothing was reset.") % {"e": exc}
-        )
-        return HttpResponseRedirect(back)
-    messages.success(
-        request,
-        _("Client key %(key)s reset under the code defaults of %(scope)s.")
-        % {"key": key, "scope": scope},
-    )
-    return HttpResponseRedirect(back)
+def _target(row: dict[str, Any], rule_ids: Mapping[str, int]) -> None:
+    """What a row of the top clients or recent rejections can be acted on under: its admin
+    rule (``rule_pk``), else the code defaults of the scope the rule is named after
+    (``scope``: a code default is named after its scope), and its key page's URL; neither
+    for a key not kept whole."""
+    row["rule_pk"], row["scope"], row["inspect_url"] = None, "", None
+    if not is_complete(row["display"], row["key"]):
+        return
+    rule_id = rule_ids.get(row["rule"])
+    if rule_id is not None:
+        row["rule_pk"], where = rule_id, {"rule": rule_id}
+    elif defaults_of(row["rule"]):
+        row["scope"], where = row["rule"], {"scope": row["rule"]}
+    else:
+        return  # a rule deleted since
+    query = urlencode({**where, "key": row["display"]})
+    row["inspect_url"] = reverse("admin:django_throttle_dashboard_key") + "?" + query
 
 
 def store_now() -> datetime | None:

@@ -3,9 +3,17 @@ follows. The entry points use only what this package exports, never its modules.
 
 from __future__ import annotations
 
-from .deciding import inspect, reset_rules
+from .deciding import block_rules, inspect, reset_rules
 from .delays import serving
-from .explicit_keys import adecide_key, decide_key, refund_key, reset_key
+from .explicit_keys import (
+    ablock_key,
+    adecide_key,
+    block_key,
+    block_seconds,
+    decide_key,
+    refund_key,
+    reset_key,
+)
 from .flows import (
     aenforce,
     aenforce_unrouted,
@@ -32,6 +40,7 @@ __all__ = (
     "SPECS_ATTR",
     "afailed",
     "afinish",
+    "ablock_key",
     "adecide_key",
     "aenforce",
     "aenforce_unrouted",
@@ -40,6 +49,9 @@ __all__ = (
     "arefund_request",
     "arelease_after_threads",
     "arelease_leases",
+    "block_key",
+    "block_rules",
+    "block_seconds",
     "decide_key",
     "enforce",
     "enforce_unrouted",

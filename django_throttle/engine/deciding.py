@@ -1,5 +1,5 @@
 """The engine's calls to the store, but refunds (refunds.py): a decision through the block
-cache, a look that consumes nothing, a reset."""
+cache, a look that consumes nothing, a reset, a block."""
 
 from __future__ import annotations
 
@@ -53,6 +53,16 @@ def reset_rules(rules: Sequence[CompiledRule], key: str) -> int:
     for rule in rules:
         store.reset(rule, key)
     if rules:
+        clients_reset([rule.state_prefix + key for rule in rules])
+    return len(rules)
+
+
+def block_rules(rules: Sequence[CompiledRule], key: str, seconds: int) -> int:
+    """Reject client ``key`` under each rule for ``seconds`` in every process (one atomic
+    store call; on a cluster, one per slot group), and tell every process's block cache as a
+    reset does; how many rules. The store's error is raised."""
+    if rules:
+        get_store().block([Check(rule, key) for rule in rules], seconds)
         clients_reset([rule.state_prefix + key for rule in rules])
     return len(rules)
 

@@ -1,16 +1,17 @@
 """A scope's rules applied to an explicit key, without a request (workers, tasks, queue
-consumers, the management commands): decide, refund, reset."""
+consumers, the management commands, the dashboard): decide, refund, reset, block."""
 
 from __future__ import annotations
 
 from asgiref.sync import sync_to_async
 
+from ..compiled import MAX_BLOCK
 from ..costs import valid_cost
 from ..decision import Decision
 from ..rules import RuleSet, get_rules, scope_rules
 from ..store import Check
 from .announcing import announce
-from .deciding import adecide, decide, reset_rules
+from .deciding import adecide, block_rules, decide, reset_rules
 from .overrides import rule_for
 from .refunds import Refund, give_back
 
@@ -46,6 +47,32 @@ def refund_key(scope: str, key: str, cost: int = 1) -> int:
 def reset_key(scope: str, key: str) -> int:
     """Forget client ``key``'s state under every rule of ``scope``; how many rules."""
     return reset_rules(scope_rules(get_rules(), scope), key)
+
+
+def block_key(scope: str, key: str, seconds: int) -> int:
+    """Reject client ``key`` under every rule of ``scope`` (admin rules, else code defaults) for
+    ``seconds``, in every process; how many rules. An override's own limit keeps the block
+    (the same state); an exempt client stays exempt. ``reset_key()`` ends it."""
+    key_arguments(scope, key, 1)
+    return block_rules(scope_rules(get_rules(), scope), key, block_seconds(seconds))
+
+
+async def ablock_key(scope: str, key: str, seconds: int) -> int:
+    key_arguments(scope, key, 1)
+    block_seconds(seconds)  # the arguments' errors raised here, not in the thread
+    # Loading changed rules may query the database, which the event loop must not; an
+    # operator's block is rare: the sync client in a thread.
+    return await sync_to_async(block_key)(scope, key, seconds)
+
+
+def block_seconds(seconds: object) -> int:
+    """``seconds`` if it is a block's length (a whole number from 1 to a year, as a rule's
+    block duration); ValueError otherwise."""
+    if type(seconds) is not int or not 1 <= seconds <= MAX_BLOCK:
+        raise ValueError(
+            f"seconds must be a whole number from 1 to {MAX_BLOCK} (a year), not {seconds!r}"
+        )
+    return seconds
 
 
 def key_checks(scope: str, key: str, cost: int) -> tuple[list[Check], RuleSet]:

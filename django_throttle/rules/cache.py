@@ -12,8 +12,9 @@ from typing import Any, cast
 
 from django.db import DatabaseError, connection, connections, transaction
 from django.db.models import Count, Max
+from django.utils import timezone
 
-from ..compiled import CompiledRule, RuleRow, compile_rule, with_overrides
+from ..compiled import CompiledRule, OverrideSpec, RuleRow, compile_rule, with_overrides
 from ..conf import conf
 from ..models import Override, Rule
 from ..runtime import current, runtime
@@ -121,13 +122,16 @@ def load_rules(previous: RuleSet | None = None) -> RuleSet:
     A row identical to one of ``previous`` (with its overrides and groups) keeps its compiled
     rule: a reload compiles only what changed."""
     # Four flat queries, whatever the number of rules (no IN list of every primary key).
-    overrides: dict[int, list[tuple[str, int | None, bool]]] = {}
-    for rule_id, key, limit, exempt in (
+    overrides: dict[int, list[OverrideSpec]] = {}
+    now = timezone.now()
+    for rule_id, key, limit, exempt, expires_at in (
         Override.objects.filter(rule__enabled=True)
+        .exclude(expires_at__lte=now)  # ended already; those ending later, rule_for() drops
         .order_by("rule_id", "key")
-        .values_list("rule_id", "key", "limit", "exempt")
+        .values_list("rule_id", "key", "limit", "exempt", "expires_at")
     ):
-        overrides.setdefault(rule_id, []).append((key, limit, exempt))
+        ends = None if expires_at is None else expires_at.timestamp()
+        overrides.setdefault(rule_id, []).append((key, limit, exempt, ends))
     groups = _group_ids(Rule.groups.through)
     exempt_groups = _group_ids(Rule.exempt_groups.through)
     known = previous.sources if previous is not None else {}

@@ -50,6 +50,10 @@ class Store(Protocol):
         """Forget the state of one client under one rule."""
         ...
 
+    def block(self, checks: Sequence[Check], seconds: int) -> None:
+        """Reject each check's client under its rule for ``seconds``, whatever its state."""
+        ...
+
     def refund(self, checks: Sequence[Check], at: int = 0) -> None:
         """Give back what a decision at ``at`` (the results' ``at``; 0: none known, the newest
         state) committed for these checks; never below empty. Ends concurrency leases."""

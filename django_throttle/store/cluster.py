@@ -24,6 +24,8 @@ from .breaker import NodeBreakers
 from .connections import AsyncConnectionStack, ConnectionStack, acall, call, keeps
 from .errors import STORE_ERRORS
 from .redis import (
+    BLOCK_SHA,
+    BLOCK_SOURCE,
     CLOCK_MISS,
     DECIDE_SHA,
     DECIDE_SOURCE,
@@ -32,6 +34,7 @@ from .redis import (
     REPLY_FIELDS,
     CalendarMissError,
     ServerClock,
+    block_input,
     decide_input,
     decision_kwargs,
     parse_reply,
@@ -136,6 +139,19 @@ def _to_refund(checks: Sequence[Check], indices: list[int], reply: Sequence[int]
     return [checks[i] for k, i in enumerate(indices) if reply[2 + REPLY_FIELDS * k] == 1]
 
 
+def _without_block_keys(args: list[Any]) -> list[Any]:
+    """decide.lua's input with each block key replaced by its state key, for a slot's new
+    master while the slot migrates: there a call with a key it does not hold yet besides
+    another is refused (TRYAGAIN), one key named twice is not; the request is decided
+    without blocks (as the local fallback would), rather than not at all."""
+    count = args[0]
+    keys = [
+        key[: -len(BLOCK_SUFFIX)] if isinstance(key, str) and key.endswith(BLOCK_SUFFIX) else key
+        for key in args[1 : 1 + count]
+    ]
+    return [count, *keys, *args[1 + count :]]
+
+
 def answered(reply: Any) -> bool:
     """Whether a group's reply is decide.lua's (not an error, not kept back)."""
     return reply is not None and not isinstance(reply, BaseException)
@@ -228,6 +244,8 @@ class _Cluster:
             node = manager.get_node(host=exc.host, port=exc.port)
         if node is None:
             raise MovedError(f"0 {exc.host}:{exc.port}")  # an address the cluster does not know
+        if sha == DECIDE_SHA:
+            args = _without_block_keys(args)
         stack = self._stack(node)
         conn = yield stack.take, ()
         try:
@@ -449,6 +467,14 @@ class ClusterStore(_Cluster):
         for slot, indices in group_by_slot(checks).items():
             group = [checks[i] for i in indices]
             self._run(slot, REFUND_SHA, REFUND_SOURCE, refund_input(group, at))
+
+    def block(self, checks: Sequence[Check], seconds: int) -> None:
+        """block.lua once per slot group (one client's keys: one slot)."""
+        if self._stale:
+            self._refresh()
+        for slot, indices in group_by_slot(checks).items():
+            group = [checks[i] for i in indices]
+            self._run(slot, BLOCK_SHA, BLOCK_SOURCE, block_input(group, seconds))
 
 
 class AsyncClusterStore(_Cluster):

@@ -387,6 +387,31 @@ class GuardedStore:
         """Forget the state of one client under one rule; raises the store's errors."""
         self.backend().reset(rule, identity)
 
+    def block(self, checks: Sequence[Check], seconds: int) -> None:
+        """Reject each check's client under its rule for ``seconds`` (block.lua: atomically; on
+        a cluster, per slot group), behind the breaker; raises the store's errors (while the
+        breaker is open, without a call)."""
+        if not checks:
+            return
+        breaker = self.breaker
+        token = breaker.allow()
+        if token is None:
+            raise ConnectionError("the store is unavailable (circuit breaker open)")
+        try:
+            self.backend().block(checks, seconds)
+        except TryAgainError:
+            breaker.abandoned(token)  # a slot migrating: not an outage
+            raise
+        except STORE_ERRORS as exc:
+            breaker.failed(exc, token)
+            self._moved()
+            raise
+        except BaseException:
+            breaker.abandoned(token)
+            raise
+        if breaker.state != CLOSED:
+            self._succeeded(breaker, token)
+
     def server_time(self) -> float:
         """The store's clock (Redis TIME), in Unix seconds; raises if it cannot be read."""
         seconds, micros = self._client().time()

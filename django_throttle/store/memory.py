@@ -166,6 +166,15 @@ class MemoryStore:
                     else:
                         entry[0], entry[1] = back, back
 
+    def block(self, checks: Sequence[Check], seconds: int) -> None:
+        """block.lua's semantics: each check's client rejected under its rule for ``seconds``."""
+        with self._lock:
+            now = self._clock()
+            for check in checks:
+                self._set(
+                    state_key(check.rule, check.identity) + BLOCK_SUFFIX, 1, now, seconds * US
+                )
+
     def reset(self, rule: CompiledRule, identity: str) -> None:
         with self._lock:
             key = state_key(rule, identity)
@@ -177,9 +186,8 @@ class MemoryStore:
     def _blocked(
         self, rule: CompiledRule, key: str, now: int, dry_run: bool
     ) -> tuple[Evaluation | None, bool]:
-        """A rejection while the client is blocked by this rule, else (None, False)."""
-        if not rule.block:
-            return None, False
+        """A rejection while the client is blocked under this rule (by a rejection of a rule
+        with a block duration, or by block()), else (None, False)."""
         entry = self._state.get(key + BLOCK_SUFFIX)
         if entry is None or entry[1] <= now:
             return None, False

@@ -98,6 +98,10 @@ class RedisStore:
         if checks:
             self._run(REFUND_SHA, REFUND_SOURCE, *refund_input(checks, at))
 
+    def block(self, checks: Sequence[Check], seconds: int) -> None:
+        if checks:
+            self._run(BLOCK_SHA, BLOCK_SOURCE, *block_input(checks, seconds))
+
 
 class AsyncRedisStore:
     """The same decisions through redis.asyncio, so an ASGI event loop never blocks on Redis."""
@@ -306,13 +310,9 @@ def rule_args(rule: CompiledRule) -> RuleArgs:
     if found is not None:
         return found
     code = ALGORITHM_CODES[rule.algorithm] if rule.calendar is None else CALENDAR_CODE
-    # A shadow rule's limit and a blocking rule's period go negative.
-    head = (
-        code,
-        rule.limit if rule.enforcing else -rule.limit,
-        -rule.period if rule.block else rule.period,
-    )
-    tail: tuple[int, ...] = (rule.block,) if rule.block else ()
+    # A shadow rule's limit goes negative.
+    head = (code, rule.limit if rule.enforcing else -rule.limit, rule.period)
+    tail: tuple[int, ...] = (rule.block,)
     if rule.algorithm in ALGORITHMS_WITH_BURST:
         tail += (rule.burst,)
     n_args = len(head) + 1 + len(tail) + (0 if rule.calendar is None else 4)
@@ -337,8 +337,7 @@ def script_input(
         rule = check.rule
         key = rule.state_prefix + client_tag(check.identity)
         keys.append(key)
-        if rule.block:
-            keys.append(key + BLOCK_SUFFIX)
+        keys.append(key + BLOCK_SUFFIX)  # any rule's client may be blocked (block.lua)
         own = rule.store_args or rule_args(rule)
         args += own.head
         args.append(check.cost)
@@ -359,8 +358,7 @@ def packed_decide(checks: Sequence[Check], dry_run: bool, clock: ServerClock) ->
         rule = check.rule
         key = (rule.state_prefix + client_tag(check.identity)).encode("utf-8", "surrogatepass")
         keys.append(b"$%d\r\n%s\r\n" % (len(key), key))
-        if rule.block:
-            keys.append(b"$%d\r\n%s%s\r\n" % (len(key) + _BLOCK_LEN, key, _BLOCK_SUFFIX))
+        keys.append(b"$%d\r\n%s%s\r\n" % (len(key) + _BLOCK_LEN, key, _BLOCK_SUFFIX))
         own = rule.store_args or rule_args(rule)
         args.append(own.wire_head)
         args.append(_COST_ONE if check.cost == 1 else bulk(check.cost))
@@ -407,6 +405,12 @@ def parse_reply(checks: Sequence[Check], reply: Sequence[int]) -> list[Result]:
     return results
 
 
+def block_input(checks: Sequence[Check], seconds: int) -> list[Any]:
+    """The number of keys, KEYS and ARGV of block.lua (see its header)."""
+    keys = [state_key(c.rule, c.identity) + BLOCK_SUFFIX for c in checks]
+    return [len(keys), *keys, seconds * 1000]
+
+
 def sha1(source: str) -> str:
     return hashlib.sha1(source.encode("utf-8")).hexdigest()
 
@@ -436,3 +440,5 @@ _BLOCK_LEN = len(_BLOCK_SUFFIX)
 _SMALL = tuple(bulk(i) for i in range(32))
 REFUND_SOURCE = load_lua("refund.lua")
 REFUND_SHA = sha1(REFUND_SOURCE)
+BLOCK_SOURCE = load_lua("block.lua")
+BLOCK_SHA = sha1(BLOCK_SOURCE)

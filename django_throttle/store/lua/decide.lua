@@ -6,8 +6,9 @@
 -- written with its TTL in the same command (SET ... PX, PEXPIRE right after
 -- ZADD), so no key ever lives without expiry. Time is the server's (TIME).
 --
--- KEYS     for each check in order, its state key, then its block key if its rule
---          blocks (every key of one client shares its {hash tag}: one cluster slot)
+-- KEYS     for each check in order, its state key, then its block key (every key of one
+--          client shares its {hash tag}: one cluster slot); the state key twice when the
+--          block cannot be read (its slot migrating: the block neither read nor started)
 -- ARGV     "dry" first for a dry run (evaluate, write nothing); then for each check:
 --            code     algorithm: f fixed window, k calendar window (a fixed window of
 --                     weeks or months), c sliding window counter, l sliding window log,
@@ -15,9 +16,10 @@
 --                     entry per request in flight, a lease of one period, removed by
 --                     refund.lua when the request is finished)
 --            limit    negative for a shadow rule (its rejection never rejects the request)
---            period   seconds; negative when the rule blocks (a block argument follows)
+--            period   seconds
 --            cost
---            block    only when period < 0: seconds a rejection blocks the client for
+--            block    seconds a rejection blocks the client for ('0': the rule never
+--                     starts a block; one written by block.lua still rejects)
 --            burst    t and b only: the bucket size
 --            s1 s2 s3 s4   k only: the starts of four consecutive windows, epoch seconds
 -- Returns  {now_us, admitted, then for each check: state (1 allowed, 0 rejected,
@@ -28,9 +30,10 @@
 --          windows around now_us)
 --
 -- A block is a key of its own with a TTL: while it lives the check rejects without
--- looking at its algorithm; a check that rejects starts one (even when the request
--- is rejected, and so commits nothing else). Every write waits until all checks
--- are evaluated.
+-- looking at its algorithm, whatever the rule; a check of a rule with a block duration
+-- that rejects starts one (even when the request is rejected, and so commits nothing
+-- else), and block.lua writes one for any rule (block_key(), the dashboard's Block).
+-- Every write waits until all checks are evaluated.
 --
 -- State, one key per rule and client, with a TTL:
 --   fixed and calendar windows  "window:count", the window being its number since the
@@ -86,16 +89,15 @@ while code do
   if not enforce then limit = -limit end
   local period_s = argv[a + 2] + 0
   cost = argv[a + 3] + 0
-  local x = a + 4  -- the check's next argument
+  local block = argv[a + 4]
+  local x = a + 5  -- the check's next argument
+  k = k + 1
+  local bkey = keys[k]
   ok, wait, blocked = false, 0, false
-  local bkey, block
-  if period_s < 0 then
-    period_s, block, bkey = -period_s, argv[x], keys[k + 1]
-    x, k = x + 1, k + 1
-    local left = call('PTTL', bkey)
-    if left > 0 then
-      blocked, rem_now, reset_after, wait = true, 0, left * 1000, left * 1000
-    end
+  -- The state key again: no block key (a slot migrating, see cluster.py's _redirected).
+  local left = bkey ~= key and call('PTTL', bkey) or 0
+  if left > 0 then
+    blocked, rem_now, reset_after, wait = true, 0, left * 1000, left * 1000
   end
 
   if blocked then
@@ -417,7 +419,7 @@ while code do
   end
 
   if not ok then
-    if bkey and not blocked and not dry then
+    if block ~= '0' and bkey ~= key and not blocked and not dry then
       if not blocks then blocks = {} end
       blocks[#blocks + 1] = bkey
       blocks[#blocks + 1] = block .. '000'

@@ -1,0 +1,333 @@
+"""Acting on a client from the dashboard (Block, Unblock, Exempt, Own limit) through the real
+admin; block_key() from code; overrides that end."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.contrib.admin.models import ADDITION, CHANGE, LogEntry
+from django.contrib.auth.models import Permission
+from django.test import Client
+from django.utils import timezone
+
+from django_throttle import ablock_key, block_key, check_key, reset
+from django_throttle.models import Override
+from django_throttle.runtime import replace_runtime
+from tests.helpers import rule, run
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("throttle_middleware")]
+
+DASHBOARD = "/admin/django_throttle/dashboard/"
+KEY = DASHBOARD + "key/"
+IP, OTHER = "203.0.113.7", "198.51.100.4"
+CLIENT = f"ip:{IP}"
+ALGORITHMS = (
+    "fixed_window",
+    "sliding_window_log",
+    "sliding_window_counter",
+    "token_bucket",
+    "leaky_bucket",
+    "concurrency",
+)
+
+
+def statuses(client: Any, ip: str, times: int) -> list[int]:
+    return [client.get("/api/items/", REMOTE_ADDR=ip).status_code for _ in range(times)]
+
+
+def user_with(django_user_model: Any, name: str, *perms: str) -> Client:
+    user = django_user_model.objects.create_user(name, password="pw", is_staff=True)
+    for perm in perms:
+        app_label, codename = perm.split(".")
+        user.user_permissions.add(
+            Permission.objects.get(content_type__app_label=app_label, codename=codename)
+        )
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def action(rule_pk: int, what: str, **fields: Any) -> dict[str, Any]:
+    return {"rule": rule_pk, "key": CLIENT, "action": what, **fields}
+
+
+def rejected_once(scope: str = "/api/") -> None:
+    """A rejection of CLIENT under the api rule, filed for the dashboard."""
+    from django_throttle.rejection_log import flush
+
+    client = Client()
+    while client.get("/api/items/", REMOTE_ADDR=IP).status_code != 429:
+        pass
+    flush()
+
+
+# -- permissions and CSRF ---------------------------------------------------------------------
+
+
+def test_view_only_staff_sees_no_buttons_and_is_refused(django_user_model: Any) -> None:
+    api = rule("api", "/api/", 1)
+    rejected_once()
+    support = user_with(django_user_model, "support", "django_throttle.view_dashboard")
+    page = support.get(DASHBOARD).content.decode()
+    assert CLIENT in page and "inspect" in page
+    assert "throttle-actions" not in page
+    key_page = support.get(f"{KEY}?rule={api.pk}&key={CLIENT}").content.decode()
+    assert "throttle-block" not in key_page and "throttle-exempt" not in key_page
+    for what, extra in (("block", {"seconds": 900}), ("exempt", {}), ("limit", {"limit": 9})):
+        assert support.post(KEY, action(api.pk, what, **extra)).status_code == 403
+    assert not Override.objects.exists()
+    assert not LogEntry.objects.exists()
+    assert statuses(Client(), IP, 1) == [429]  # the count left as it was, not blocked either
+
+
+def test_actions_need_a_csrf_token(admin_user: Any) -> None:
+    api = rule("api", "/api/", 5)
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(admin_user)
+    refused = browser.post(KEY, action(api.pk, "block", seconds=900))
+    assert refused.status_code == 403
+    assert statuses(Client(), IP, 1) == [200]
+    page = browser.get(f"{KEY}?rule={api.pk}&key={CLIENT}").content.decode()
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page)
+    assert token is not None
+    done = browser.post(
+        KEY, action(api.pk, "block", seconds=900, csrfmiddlewaretoken=token.group(1))
+    )
+    assert done.status_code == 302
+    assert statuses(Client(), IP, 1) == [429]
+
+
+# -- the actions --------------------------------------------------------------------------------
+
+
+def test_block_rejects_with_retry_after_and_unblock_ends_it(admin_client: Any) -> None:
+    api = rule("api", "/api/", 5)
+    assert statuses(Client(), IP, 1) == [200]
+    back = f"{DASHBOARD}?period=1h"
+    response = admin_client.post(KEY, action(api.pk, "block", seconds=3600, next=back))
+    assert response.status_code == 302 and response["Location"] == back
+    (entry,) = LogEntry.objects.all()
+    assert (entry.action_flag, entry.object_id) == (CHANGE, str(api.pk))
+    assert entry.change_message == f"Blocked client key {CLIENT} for 1 hour."
+    page = admin_client.get(back).content.decode()
+    assert f"Client key {CLIENT} blocked for 1 hour under rule api." in page
+
+    blocked = Client().get("/api/items/", REMOTE_ADDR=IP)
+    assert blocked.status_code == 429
+    assert 3590 <= int(blocked["Retry-After"]) <= 3600
+    assert statuses(Client(), OTHER, 1) == [200]  # that client only
+    key_page = admin_client.get(f"{KEY}?rule={api.pk}&key={CLIENT}").content.decode()
+    assert re.search(r"blocked for 3[56]\d\d s", key_page)
+
+    response = admin_client.post(KEY, action(api.pk, "unblock"))
+    assert response.status_code == 302
+    assert response["Location"] == f"{KEY}?rule={api.pk}&key={CLIENT.replace(':', '%3A')}"
+    assert statuses(Client(), IP, 1) == [200]
+    assert LogEntry.objects.latest("pk").change_message == (
+        f"Reset the state of client key {CLIENT}."
+    )
+
+
+def test_block_without_a_time_or_with_another_is_refused(admin_client: Any) -> None:
+    api = rule("api", "/api/", 5)
+    for seconds in ("", "5", "forever"):
+        response = admin_client.post(KEY, action(api.pk, "block", seconds=seconds), follow=True)
+        assert response.status_code == 200
+    assert statuses(Client(), IP, 1) == [200]
+    assert not LogEntry.objects.exists()
+
+
+def test_exempt_lets_the_client_through(
+    admin_client: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    api = rule("api", "/api/", 1)
+    assert statuses(Client(), IP, 2) == [200, 429]
+    with django_capture_on_commit_callbacks(execute=True):
+        response = admin_client.post(KEY, action(api.pk, "exempt", expires=""), follow=True)
+    assert f"Exempted client key {CLIENT} from rule api." in response.content.decode()
+    override = Override.objects.get(rule=api, key=CLIENT)
+    assert (override.exempt, override.limit, override.expires_at) == (True, None, None)
+    entry = LogEntry.objects.get()
+    assert (entry.action_flag, entry.object_id) == (ADDITION, str(override.pk))
+    assert statuses(Client(), IP, 5) == [200] * 5
+    assert statuses(Client(), OTHER, 2) == [200, 429]
+
+
+def test_own_limit_applies_and_replaces_an_exemption(
+    admin_client: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    api = rule("api", "/api/", 1, algorithm="fixed_window", unit="hour")
+    with django_capture_on_commit_callbacks(execute=True):
+        admin_client.post(KEY, action(api.pk, "exempt"))
+        admin_client.post(KEY, action(api.pk, "limit", limit=3, expires=86400))
+    override = Override.objects.get(rule=api, key=CLIENT)
+    assert (override.exempt, override.limit) == (False, 3)
+    assert override.expires_at is not None
+    assert timedelta(hours=23) < override.expires_at - timezone.now() <= timedelta(days=1)
+    assert LogEntry.objects.latest("pk").action_flag == CHANGE
+    assert statuses(Client(), IP, 4) == [200, 200, 200, 429]
+    bad = admin_client.post(KEY, action(api.pk, "limit", limit=0), follow=True)
+    assert bad.status_code == 200
+    assert Override.objects.get(rule=api, key=CLIENT).limit == 3
+
+
+def test_an_override_of_a_malformed_key_is_a_message_not_an_error(admin_client: Any) -> None:
+    api = rule("api", "/api/", 1)
+    fields = {"rule": api.pk, "key": "ip:not-an-address", "action": "exempt"}
+    response = admin_client.post(KEY, fields, follow=True)
+    assert response.status_code == 200
+    assert "is not an IP address" in response.content.decode()
+    assert not Override.objects.exists()
+
+
+def test_code_default_rows_can_be_inspected_blocked_and_unblocked(admin_client: Any) -> None:
+    from django_throttle.rejection_log import flush
+
+    client = Client()
+    while client.get("/search/", REMOTE_ADDR="192.0.2.44").status_code != 429:  # @throttle 3/m
+        pass
+    flush()
+    page = admin_client.get(DASHBOARD).content.decode()
+    assert f'href="{KEY}?scope=search&amp;key=ip%3A192.0.2.44"' in page
+    assert 'name="scope" value="search"' in page
+    fields = {"scope": "search", "key": "ip:192.0.2.44", "action": "unblock", "next": DASHBOARD}
+    assert admin_client.post(KEY, fields).status_code == 302
+    assert client.get("/search/", REMOTE_ADDR="192.0.2.44").status_code == 200
+    fields.update(action="block", seconds=900)
+    assert admin_client.post(KEY, fields).status_code == 302
+    rejected = client.get("/search/", REMOTE_ADDR="192.0.2.44")
+    assert rejected.status_code == 429 and 890 <= int(rejected["Retry-After"]) <= 900
+    entry = LogEntry.objects.latest("pk")
+    assert (entry.object_id, entry.object_repr) == ("search", "search (code default)")
+    fields.update(action="exempt")
+    refused = admin_client.post(KEY, fields, follow=True).content.decode()
+    assert "Code defaults have no overrides" in refused
+
+
+# -- overrides that end -----------------------------------------------------------------------
+
+
+def test_an_expired_override_is_ignored_and_shown_expired(
+    admin_client: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    api = rule("api", "/api/", 1)
+    with django_capture_on_commit_callbacks(execute=True):
+        Override.objects.create(
+            rule=api, key=CLIENT, exempt=True, expires_at=timezone.now() - timedelta(minutes=1)
+        )
+        Override.objects.create(
+            rule=api, key=f"ip:{OTHER}", exempt=True, expires_at=timezone.now() + timedelta(days=1)
+        )
+    assert statuses(Client(), IP, 2) == [200, 429]  # ended: the rule's limit
+    assert statuses(Client(), OTHER, 3) == [200] * 3  # not yet
+    listing = admin_client.get("/admin/django_throttle/override/").content.decode()
+    assert listing.count(">expired<") == 1
+    form = admin_client.get(f"/admin/django_throttle/rule/{api.pk}/change/").content.decode()
+    assert form.count(">expired<") == 1
+
+
+def test_an_override_ends_while_its_rules_are_loaded() -> None:
+    from django_throttle.compiled import build_rule, with_overrides
+    from django_throttle.engine import rule_for
+
+    base = build_rule(id=1, name="api", algorithm="fixed_window", limit=1, period=60)
+    now = timezone.now().timestamp()
+    ruled, _ = with_overrides(
+        base, [("a", None, True, now - 1), ("b", None, True, now + 60), ("c", 5, False)]
+    )
+    assert rule_for(ruled, "a") is ruled  # ended: the rule itself
+    assert rule_for(ruled, "b") is None
+    own = rule_for(ruled, "c")
+    assert own is not None and own.limit == 5
+
+
+# -- block_key() from code ------------------------------------------------------------------
+
+
+@pytest.fixture(params=["redis", "memory"])
+def backend(request: Any, settings: Any) -> str:
+    if request.param == "memory":
+        settings.DJANGO_THROTTLE = {**settings.DJANGO_THROTTLE, "BACKEND": "memory"}
+    return str(request.param)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_block_key_rejects_under_every_algorithm(backend: str, algorithm: str) -> None:
+    rule("partner", "partner-api", 5, algorithm=algorithm)
+    rule("partner-daily", "partner-api", 1000, unit="day", algorithm=algorithm)
+    assert check_key("partner-api", "partner:acme").allowed
+    assert block_key("partner-api", "partner:acme", 600) == 2
+    decision = check_key("partner-api", "partner:acme")
+    assert not decision.allowed
+    assert 595 <= decision.retry_after <= 600
+    assert check_key("partner-api", "partner:other").allowed
+    assert reset("partner-api", "partner:acme") == 2
+    assert check_key("partner-api", "partner:acme").allowed
+
+
+def test_block_key_under_code_defaults_and_async(backend: str) -> None:
+    assert check_key("search", "ip:192.0.2.5").allowed  # tests/views.py: @throttle 3/m
+    assert run(lambda: ablock_key("search", "ip:192.0.2.5", 120)) == 1
+    decision = check_key("search", "ip:192.0.2.5")
+    assert not decision.allowed and 115 <= decision.retry_after <= 120
+    assert block_key("no-such-scope", "ip:192.0.2.5", 120) == 0
+
+
+@pytest.mark.parametrize(
+    ("scope", "key", "seconds"),
+    [
+        ("api", "partner:acme", 0),
+        ("api", "partner:acme", -5),
+        ("api", "partner:acme", 1.5),
+        ("api", "partner:acme", True),
+        ("api", "partner:acme", "60"),
+        ("api", "partner:acme", 366 * 86400 + 1),
+        ("", "partner:acme", 60),
+        ("api", "", 60),
+    ],
+)
+def test_block_key_refuses_bad_arguments(scope: Any, key: Any, seconds: Any) -> None:
+    with pytest.raises(ValueError):
+        block_key(scope, key, seconds)
+    with pytest.raises(ValueError):
+        run(lambda: ablock_key(scope, key, seconds))
+
+
+def test_a_block_reaches_another_process_and_its_block_cache(store_calls: Any) -> None:
+    """Another process (its own rules and block cache) is rejected for the block's time,
+    remembers it (no store call for the next request) and forgets it on a reset here."""
+    from tests.test_blocks import OtherProcess
+
+    rule("partner", "partner-api", 100)
+    other = OtherProcess()
+    rules = other.rules()
+    assert other.decide("partner-api", "partner:acme").allowed
+    assert block_key("partner-api", "partner:acme", 300) == 1  # in this process
+    first = other.decide("partner-api", "partner:acme")
+    assert not first.allowed and 295 <= first.retry_after <= 300
+    calls = store_calls.decisions
+    again = other.decide("partner-api", "partner:acme")
+    assert not again.allowed and 295 <= again.retry_after <= 300
+    assert store_calls.decisions == calls and rules.blocked  # from its block cache
+    reset("partner-api", "partner:acme")  # here
+    assert other.later() is rules
+    assert rules.blocked == {}
+    assert other.decide("partner-api", "partner:acme").allowed
+
+
+def test_a_block_is_seen_by_a_new_runtime() -> None:
+    rule("partner", "partner-api", 100)
+    block_key("partner-api", "partner:acme", 300)
+    replace_runtime()  # another process: nothing in memory, the block in Redis
+    assert not check_key("partner-api", "partner:acme").allowed
+
+
+def test_a_blocked_request_is_rejected_before_the_view(client: Any) -> None:
+    rule("api", "/api/", 100)
+    block_key("/api/", CLIENT, 60)
+    response = client.get("/api/items/", REMOTE_ADDR=IP)
+    assert response.status_code == 429
+    assert 55 <= int(response["Retry-After"]) <= 60
