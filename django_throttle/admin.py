@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from django import forms
@@ -58,7 +59,8 @@ class OverrideInline(_OverrideInline):
     fields = ("key", "limit", "exempt")
 
 
-GROUP_PICKER_ROWS = 4  # a few lines, not the 350 px of filter_horizontal
+# A few lines (admin.css lifts the admin's 150 px minimum), not filter_horizontal's 350 px.
+COMPACT_PICKER = MappingProxyType({"size": "4", "class": "throttle-compact"})
 
 
 def shown_when(field: str, values: Any) -> dict[str, str]:
@@ -81,9 +83,9 @@ class RuleForm(forms.ModelForm):  # type: ignore[type-arg]
                 attrs=shown_when("algorithm", ALGORITHMS_WITH_BURST)
             ),
             "groups": forms.SelectMultiple(
-                attrs={"size": GROUP_PICKER_ROWS, **shown_when("applies_to", {AppliesTo.GROUPS})}
+                attrs={**COMPACT_PICKER, **shown_when("applies_to", {AppliesTo.GROUPS})}
             ),
-            "exempt_groups": forms.SelectMultiple(attrs={"size": GROUP_PICKER_ROWS}),
+            "exempt_groups": forms.SelectMultiple(attrs=dict(COMPACT_PICKER)),
             "exempt_networks": widgets.AdminTextareaWidget(attrs={"rows": 2}),
         }
 

@@ -368,7 +368,7 @@ def test_the_rule_form_has_no_full_height_group_pickers(admin_client):
     for name in ("groups", "exempt_groups"):
         widget = form.fields[name].widget.widget  # inside the related-object wrapper
         assert type(widget).__name__ == "SelectMultiple"  # not FilteredSelectMultiple
-        assert widget.attrs["size"] == 4
+        assert widget.attrs["size"] == "4" and widget.attrs["class"] == "throttle-compact"
     assert form.fields["groups"].widget.widget.attrs["data-throttle-when"] == "applies_to=groups"
     assert form.fields["key_arg"].widget.attrs["data-throttle-when"] == (
         "key_kind=custom,header,param"
@@ -412,3 +412,86 @@ def test_the_compact_form_still_saves_groups(admin_client):
     assert list(rule.groups.all()) == [members]
     assert list(rule.exempt_groups.all()) == [exempt]
     assert rule.block_seconds == 30
+
+
+# -- in a real browser ---------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_import_and_the_rule_form_in_a_real_browser(live_server, django_user_model, tmp_path):
+    from tests.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, require_browser
+
+    require_browser()
+    from playwright.sync_api import sync_playwright
+
+    django_user_model.objects.create_superuser("admin", "admin@example.com", "pw")
+    Rule.objects.create(name="login", scope="login", methods="POST", limit=5, per=15)
+    Rule.objects.create(name="old", scope="/old/", limit=1)
+    Group.objects.create(name="partners")
+    path = tmp_path / "rules.yaml"
+    path.write_text(FILE)
+    ARTIFACTS.mkdir(exist_ok=True)
+
+    # Only the browser inside this block: Django refuses queries on Playwright's event loop.
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.goto(f"{live_server.url}/admin/login/?next={CHANGELIST}")
+            page.fill("#id_username", "admin")
+            page.fill("#id_password", "pw")
+            page.click("input[type=submit]")
+            page.wait_for_url(f"**{CHANGELIST}")
+
+            # The changelist's button, the upload, the diff.
+            page.click("a.throttle-import-link")
+            page.wait_for_url(f"**{IMPORT}")
+            page.set_input_files("#id_file", str(path))
+            page.check("#id_prune")
+            page.click("input[name=_preview]")
+            page.wait_for_selector("#throttle-import-changed")
+            assert page.locator("#throttle-import-created tr[data-rule=search]").count() == 1
+            limit = page.locator("#throttle-import-changed tr[data-rule=login]").filter(
+                has_text="Limit"
+            )
+            assert limit.locator("td.old").inner_text() == "5"
+            assert limit.locator("td.new").inner_text() == "10"
+            assert page.locator("#throttle-import-deleted tr[data-rule=old]").count() == 1
+            page.screenshot(path=str(ARTIFACTS / "rule-import.png"), full_page=True)
+            page.click("input[name=_apply]")
+            page.wait_for_url(f"**{CHANGELIST}")
+            assert "Imported rules.yaml: 1 rule created, 1 changed, 1 deleted" in (
+                page.inner_text(".messagelist")
+            )
+
+            # The rule form: the groups only for "members of the chosen groups", the key
+            # argument only for keys that take one, the burst only for buckets.
+            page.goto(f"{live_server.url}{ADD}")
+            groups, key_arg, burst = (
+                page.locator(f".form-row.field-{name}") for name in ("groups", "key_arg", "burst")
+            )
+            assert not groups.is_visible() and not key_arg.is_visible()
+            assert not burst.is_visible()
+            exempt = page.locator("#id_exempt_groups").bounding_box()
+            assert exempt is not None and exempt["height"] < 120  # not the 350 px picker
+            assert not page.locator("fieldset.collapse details[open]").count()  # Behaviour folded
+            page.screenshot(path=str(ARTIFACTS / "rule-form.png"), full_page=True)
+            page.select_option("#id_applies_to", "groups")
+            page.select_option("#id_key_kind", "header")
+            page.select_option("#id_algorithm", "token_bucket")
+            assert groups.is_visible() and key_arg.is_visible() and burst.is_visible()
+            page.fill("#id_name", "members")
+            page.fill("#id_scope", "/members/")
+            page.fill("#id_key_arg", "X-Api-Key")
+            page.fill("#id_limit", "5")
+            page.select_option("#id_groups", label="partners")
+            page.click("input[name=_save]")
+            page.wait_for_url(f"**{CHANGELIST}")
+        finally:
+            browser.close()
+
+    assert set(Rule.objects.values_list("name", flat=True)) == {"login", "members", "search"}
+    assert Rule.objects.get(name="login").limit == 10
+    assert [g.name for g in Rule.objects.get(name="members").groups.all()] == ["partners"]
+    assert LogEntry.objects.filter(action_flag=DELETION, object_repr__startswith="old:").exists()
