@@ -419,7 +419,12 @@ def test_the_compact_form_still_saves_groups(admin_client):
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-def test_import_and_the_rule_form_in_a_real_browser(live_server, django_user_model, tmp_path):
+def test_import_and_the_rule_form_in_a_real_browser(
+    django_db_setup, live_server, django_user_model, tmp_path
+):
+    # django_db_setup first: a live server started before the test database exists sees
+    # SQLite's ":memory:" and shares the test's one connection between its request threads,
+    # which crashes the interpreter when two requests query at once.
     from tests.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, require_browser
 
     require_browser()
