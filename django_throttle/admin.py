@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import widgets
 from django.core.exceptions import ValidationError
 from django.db.models import OuterRef, QuerySet, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.forms.models import BaseInlineFormSet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.urls import URLPattern, path
 from django.utils import timezone
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
+from .admin_rulefiles import export_response, import_page
+from .choices import ALGORITHMS_WITH_BURST, KEY_KINDS_WITH_ARG, AppliesTo
 from .compiled import compile_rule, with_overrides
 from .dashboard.views import DashboardAdmin, collect_counts, inspect_key
 from .models import Dashboard, Override, Rejection, Rule
@@ -67,6 +73,40 @@ class OverrideInline(_OverrideInline):
         return override_in_force(override)
 
 
+# A few lines (admin.css lifts the admin's 150 px minimum), not filter_horizontal's 350 px.
+COMPACT_PICKER = MappingProxyType({"size": "4", "class": "throttle-compact"})
+
+
+def shown_when(field: str, values: Any) -> dict[str, str]:
+    """Widget attributes that rule_form.js reads: the row shows while ``field`` has one of
+    ``values`` or the widget holds a value (so nothing set is ever out of sight)."""
+    return {"data-throttle-when": f"{field}={','.join(sorted(str(v) for v in values))}"}
+
+
+class RuleForm(forms.ModelForm):  # type: ignore[type-arg]
+    """The rule form, compact: what only some rules use is small, or hidden until it matters."""
+
+    class Meta:
+        model = Rule
+        fields = "__all__"
+        widgets = {
+            "key_arg": widgets.AdminTextInputWidget(
+                attrs=shown_when("key_kind", KEY_KINDS_WITH_ARG)
+            ),
+            "burst": widgets.AdminIntegerFieldWidget(
+                attrs=shown_when("algorithm", ALGORITHMS_WITH_BURST)
+            ),
+            "groups": forms.SelectMultiple(
+                attrs={**COMPACT_PICKER, **shown_when("applies_to", {AppliesTo.GROUPS})}
+            ),
+            "exempt_groups": forms.SelectMultiple(attrs=dict(COMPACT_PICKER)),
+            "exempt_networks": widgets.AdminTextareaWidget(attrs={"rows": 2}),
+        }
+
+    class Media:
+        js = ("django_throttle/rule_form.js",)
+
+
 @admin.register(Rule)
 class RuleAdmin(_RuleModelAdmin):
     list_display = (
@@ -85,9 +125,9 @@ class RuleAdmin(_RuleModelAdmin):
     list_display_links = ("name",)
     list_filter = ("algorithm", "key_kind", "enabled", "action")
     search_fields = ("name", "scope")
-    actions = ("enable_rules", "disable_rules", inspect_key)
+    actions = ("enable_rules", "disable_rules", "export_rules", inspect_key)
     inlines = (OverrideInline,)
-    filter_horizontal = ("groups", "exempt_groups")
+    form = RuleForm
     readonly_fields = ("in_words", "created_at", "updated_at")
     fieldsets = (
         (None, {"fields": ("name", "enabled", "in_words")}),
@@ -111,6 +151,8 @@ class RuleAdmin(_RuleModelAdmin):
         (_("Behaviour"), {"fields": ("block_seconds", "action", "fail_mode")}),
         (_("Timestamps"), {"fields": ("created_at", "updated_at"), "classes": ("collapse",)}),
     )
+    # Folded while every field in them has its default (a new rule, or one that never set them).
+    folded_at_defaults = (_("Behaviour"),)
 
     class Media:
         css = {"all": ("django_throttle/admin.css",)}
@@ -136,7 +178,26 @@ class RuleAdmin(_RuleModelAdmin):
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
         collect_counts()  # every process's counts waiting in Redis, before the list reads them
-        return super().changelist_view(request, extra_context)
+        extra = {"can_import_rules": self.has_change_permission(request), **(extra_context or {})}
+        return super().changelist_view(request, extra)
+
+    def get_urls(self) -> list[URLPattern]:
+        # Before the model's own URLs, whose "<path:object_id>/" would take "import/".
+        info = (self.opts.app_label, self.opts.model_name)
+        view = self.admin_site.admin_view(self.import_view)
+        return [path("import/", view, name="{}_{}_import".format(*info)), *super().get_urls()]
+
+    def import_view(self, request: HttpRequest) -> HttpResponse:
+        return import_page(self, request)
+
+    def get_fieldsets(self, request: HttpRequest, obj: Rule | None = None) -> Any:
+        fieldsets = super().get_fieldsets(request, obj)
+        return [
+            (name, {**options, "classes": (*options.get("classes", ()), "collapse")})
+            if name in self.folded_at_defaults and _at_defaults(obj, options["fields"])
+            else (name, options)
+            for name, options in fieldsets
+        ]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Rule]:
         # The last hour's rejections in the page's one query, not one query per row.
@@ -194,6 +255,21 @@ class RuleAdmin(_RuleModelAdmin):
     @admin.action(description=_("Disable selected rules"), permissions=["change"])
     def disable_rules(self, request: HttpRequest, queryset: QuerySet[Rule]) -> None:
         self._set_enabled(request, queryset, False)
+
+    @admin.action(description=_("Export selected rules"), permissions=["view"])
+    def export_rules(self, request: HttpRequest, queryset: QuerySet[Rule]) -> HttpResponse:
+        return export_response(queryset)
+
+
+def _at_defaults(rule: Rule | None, names: Any) -> bool:
+    """Whether each of these fields of ``rule`` holds its default (a new rule: yes)."""
+    if rule is None:
+        return True
+    for name in names:
+        field = Rule._meta.get_field(name)
+        if not hasattr(field, "get_default") or getattr(rule, name) != field.get_default():
+            return False
+    return True
 
 
 @admin.register(Override)

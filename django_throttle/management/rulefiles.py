@@ -51,11 +51,11 @@ class RuleFileError(ValueError):
 # -- export ---------------------------------------------------------------------------
 
 
-def export_rules() -> dict[str, Any]:
+def export_rules(selection: models.QuerySet[Rule] | None = None) -> dict[str, Any]:
+    """Every rule, or those of ``selection`` (the admin's export action)."""
     rules = []
-    for rule in Rule.objects.order_by("name").prefetch_related(
-        "groups", "exempt_groups", "overrides"
-    ):
+    queryset = Rule.objects.all() if selection is None else selection
+    for rule in queryset.order_by("name").prefetch_related("groups", "exempt_groups", "overrides"):
         entry: dict[str, Any] = {"name": rule.name}
         for name in FIELDS:
             value = getattr(rule, name)
@@ -476,6 +476,10 @@ class Plan:
     change: list[tuple[str, list[str]]] = field(default_factory=list)
     delete: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
+    # The created and changed rules as the file makes them, and the changed ones as they are,
+    # by name: FIELDS, then groups and exempt groups (names), overrides (key, limit, exempt).
+    after: dict[str, dict[str, Any]] = field(default_factory=dict)
+    before: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def lines(self) -> list[str]:
         out = [f"create {name}" for name in self.create]
@@ -505,8 +509,11 @@ def import_rules(data: dict[str, Any], *, prune: bool, dry_run: bool) -> Plan:
     for item in staged:
         if item.new:
             plan.create.append(item.rule.name)
+            plan.after[item.rule.name] = item.after
         elif item.changed:
             plan.change.append((item.rule.name, item.changed))
+            plan.after[item.rule.name] = item.after
+            plan.before[item.rule.name] = item.before
         else:
             plan.unchanged.append(item.rule.name)
     if prune:
@@ -576,6 +583,8 @@ class _Staged:
     groups: list[int]
     exempt_groups: list[int]
     overrides: list[Override]
+    before: dict[str, Any]
+    after: dict[str, Any]
 
 
 def _stage(entry: dict[str, Any], name: str, current: _Current) -> _Staged:
@@ -614,7 +623,7 @@ def _stage(entry: dict[str, Any], name: str, current: _Current) -> _Staged:
         ((o.key, o.limit, o.exempt) for o in overrides), key=_override_order
     )
     changed = [] if new else [k for k in after if after[k] != before[k]]
-    return _Staged(rule, new, changed, groups, exempt_groups, overrides)
+    return _Staged(rule, new, changed, groups, exempt_groups, overrides, before, after)
 
 
 def _write(staged: list[_Staged], delete: list[str], current: _Current) -> None:
