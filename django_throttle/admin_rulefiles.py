@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
 from django import forms
@@ -25,8 +26,10 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.formats import date_format
 from django.utils.http import content_disposition_header
 from django.utils.text import capfirst
+from django.utils.timezone import localtime
 from django.utils.translation import gettext as _t
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
@@ -308,16 +311,22 @@ def _shown(name: str, value: Any) -> str:
     if value is None or value == "" or value == []:
         return "-"
     if name == "overrides":
-        return ", ".join(
-            f"{key} ({_t('exempt')})" if exempt else f"{key}: {limit}"
-            for key, limit, exempt in value
-        )
+        return ", ".join(_override_shown(*override) for override in value)
     if isinstance(value, list):
         return ", ".join(str(v) for v in value)
     if isinstance(value, bool):
         return _t("yes") if value else _t("no")
     choices = dict(Rule._meta.get_field(name).flatchoices)  # type: ignore[union-attr]
     return str(choices.get(value, value))
+
+
+def _override_shown(key: str, limit: int | None, exempt: bool, ends: datetime | None) -> str:
+    shown = f"{key} ({_t('exempt')})" if exempt else f"{key}: {limit}"
+    if ends is not None:
+        shown += " " + _t("until %(when)s") % {
+            "when": date_format(localtime(ends), "DATETIME_FORMAT")
+        }
+    return shown
 
 
 def _in_words(after: dict[str, Any]) -> str:

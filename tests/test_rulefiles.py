@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import yaml
 from django.contrib.auth.models import Group
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.utils import timezone
 
 from django_throttle.models import Override, Rule
 from tests.helpers import rule
@@ -247,5 +249,32 @@ def test_an_override_given_twice_is_refused(tmp_path: Path) -> None:
     }
     path = write(tmp_path, "rules.json", json.dumps({"rules": [entry]}))
     with pytest.raises(CommandError, match="override ' ip:203.0.113.7'"):
+        run("throttle_import", path)
+    assert not Rule.objects.exists()
+
+
+@pytest.mark.parametrize("fmt", ["yaml", "json"])
+def test_an_overrides_expiry_goes_out_and_comes_back(tmp_path: Path, fmt: str) -> None:
+    api = rule("api", "/api/", 100)
+    ends = timezone.now().replace(microsecond=0) + timedelta(days=7)
+    Override.objects.create(rule=api, key="user:42", limit=1000, expires_at=ends)
+    Override.objects.create(rule=api, key="user:7", exempt=True)
+    exported = run("throttle_export", "--format", fmt)
+    data = json.loads(exported) if fmt == "json" else yaml.safe_load(exported)
+    assert data["rules"][0]["overrides"] == [
+        {"key": "user:42", "limit": 1000, "expires_at": ends.isoformat()},
+        {"key": "user:7", "exempt": True},
+    ]
+    Override.objects.filter(key="user:42").update(expires_at=None)
+    path = write(tmp_path, f"rules.{fmt}", exported)
+    assert run("throttle_import", path).split() == ["change", "api:", "overrides"]
+    assert Override.objects.get(key="user:42").expires_at == ends
+    assert run("throttle_import", path).split() == ["unchanged", "api"]
+
+
+def test_an_expiry_that_is_not_a_date_is_a_clear_error(tmp_path: Path) -> None:
+    text = DOCUMENTED.replace("limit: 1000}", 'limit: 1000, expires_at: "next week"}')
+    path = write(tmp_path, "rules.yaml", text)
+    with pytest.raises(CommandError, match="'next week' is not a date and time"):
         run("throttle_import", path)
     assert not Rule.objects.exists()

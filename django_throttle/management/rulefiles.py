@@ -7,12 +7,14 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
 from django.db import connections, models, router, transaction
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext as _
 
 from ..models import Override, Rule
@@ -67,11 +69,21 @@ def export_rules(selection: models.QuerySet[Rule] | None = None) -> dict[str, An
         entry["groups"] = sorted(g.name for g in rule.groups.all())
         entry["exempt_groups"] = sorted(g.name for g in rule.exempt_groups.all())
         entry["overrides"] = [
-            {"key": o.key, "exempt": True} if o.exempt else {"key": o.key, "limit": o.limit}
-            for o in sorted(rule.overrides.all(), key=lambda o: o.key)
+            _exported(o) for o in sorted(rule.overrides.all(), key=lambda o: o.key)
         ]
         rules.append(entry)
     return {"rules": rules}
+
+
+def _exported(override: Override) -> dict[str, Any]:
+    entry: dict[str, Any] = {"key": override.key}
+    if override.exempt:
+        entry["exempt"] = True
+    else:
+        entry["limit"] = override.limit
+    if override.expires_at is not None:
+        entry["expires_at"] = override.expires_at.isoformat()  # a string in YAML too (quoted)
+    return entry
 
 
 def dump(data: dict[str, Any], fmt: str) -> str:
@@ -162,17 +174,7 @@ def _check_shape(data: Any) -> list[dict[str, Any]]:
         if not isinstance(overrides, list):
             raise RuleFileError(f"rule {name!r}: overrides must be a list")
         for override in overrides:
-            if (
-                not isinstance(override, dict)
-                or set(override) - {"key", "limit", "exempt"}
-                or not isinstance(override.get("key"), str)
-                or type(override.get("exempt", False)) is not bool
-                or not (override.get("limit") is None or type(override.get("limit")) is int)
-            ):
-                raise RuleFileError(
-                    f"rule {name!r}: an override is {{key: text, limit: number}} or "
-                    "{key: text, exempt: true}"
-                )
+            _check_override(name, override)
     rules: list[dict[str, Any]] = data["rules"]
     return rules
 
@@ -468,6 +470,10 @@ class _YamlBuilder:
         )
 
 
+# An override as compared: key, limit, exempt, expires_at.
+OverrideRow = tuple[str, int | None, bool, datetime | None]
+
+
 @dataclass
 class Plan:
     """What an import does: rules to create, to change (with the fields), to delete."""
@@ -548,11 +554,11 @@ class _Current:
         names = {pk: name for name, pk in self.groups.items()}
         self.members = self._names(Rule.groups.through, names)
         self.exempt = self._names(Rule.exempt_groups.through, names)
-        self.overrides: dict[int, list[tuple[str, int | None, bool]]] = {}
-        for rule_id, key, limit, exempt in Override.objects.values_list(
-            "rule_id", "key", "limit", "exempt"
+        self.overrides: dict[int, list[OverrideRow]] = {}
+        for rule_id, key, limit, exempt, expires_at in Override.objects.values_list(
+            "rule_id", "key", "limit", "exempt", "expires_at"
         ):
-            self.overrides.setdefault(rule_id, []).append((key, limit, exempt))
+            self.overrides.setdefault(rule_id, []).append((key, limit, exempt, expires_at))
 
     @staticmethod
     def _names(through: Any, names: dict[int, str]) -> dict[int, list[str]]:
@@ -569,7 +575,7 @@ class _Current:
         return data
 
 
-def _override_order(item: tuple[str, int | None, bool]) -> tuple[str, int, bool]:
+def _override_order(item: OverrideRow) -> tuple[str, int, bool]:
     return (item[0], -1 if item[1] is None else item[1], item[2])
 
 
@@ -620,7 +626,7 @@ def _stage(entry: dict[str, Any], name: str, current: _Current) -> _Staged:
     after["groups"] = sorted(set(entry.get("groups", [])))
     after["exempt_groups"] = sorted(set(entry.get("exempt_groups", [])))
     after["overrides"] = sorted(
-        ((o.key, o.limit, o.exempt) for o in overrides), key=_override_order
+        ((o.key, o.limit, o.exempt, o.expires_at) for o in overrides), key=_override_order
     )
     changed = [] if new else [k for k in after if after[k] != before[k]]
     return _Staged(rule, new, changed, groups, exempt_groups, overrides, before, after)
@@ -737,21 +743,12 @@ def _overrides(rule: Rule, entries: Any) -> list[Override]:
         raise RuleFileError(f"rule {rule.name!r}: overrides must be a list")
     found: dict[str, Override] = {}
     for entry in entries:
-        if (
-            not isinstance(entry, dict)
-            or set(entry) - {"key", "limit", "exempt"}
-            or not isinstance(entry.get("key"), str)
-            or type(entry.get("exempt", False)) is not bool
-            or (entry.get("limit") is not None and type(entry.get("limit")) is not int)
-        ):
-            raise RuleFileError(
-                f"rule {rule.name!r}: an override is {{key: text, limit: number}} or "
-                "{key: text, exempt: true}"
-            )
+        _check_override(rule.name, entry)
         override = Override(
             key=entry.get("key", ""),
             limit=entry.get("limit"),
             exempt=bool(entry.get("exempt", False)),
+            expires_at=_expiry(rule.name, entry),
         )
         try:
             override.full_clean(exclude=["rule"], validate_unique=False)
@@ -763,6 +760,44 @@ def _overrides(rule: Rule, entries: Any) -> list[Override]:
             ) from None
         found[override.key] = override
     return list(found.values())
+
+
+def _check_override(rule: str, entry: Any) -> None:
+    if (
+        not isinstance(entry, dict)
+        or set(entry) - {"key", "limit", "exempt", "expires_at"}
+        or not isinstance(entry.get("key"), str)
+        or type(entry.get("exempt", False)) is not bool
+        or (entry.get("limit") is not None and type(entry.get("limit")) is not int)
+        or not isinstance(entry.get("expires_at", ""), (str, datetime))
+    ):
+        raise RuleFileError(
+            f"rule {rule!r}: an override is {{key: text, limit: number}} or "
+            "{key: text, exempt: true}, with an optional expires_at (ISO 8601 date and time)"
+        )
+
+
+def _expiry(rule: str, entry: dict[str, Any]) -> datetime | None:
+    """An override's end: ISO 8601 text (or a YAML timestamp); without a zone, the current one."""
+    value = entry.get("expires_at")
+    if value is None or value == "":
+        return None
+    when = value if isinstance(value, datetime) else _parsed_datetime(value)
+    if when is None:
+        raise RuleFileError(
+            f"rule {rule!r}: override {entry.get('key')!r}: expires_at {_printable(value)!r} is "
+            "not a date and time such as 2027-01-31T18:00:00+00:00"
+        )
+    if timezone.is_naive(when):
+        when = timezone.make_aware(when)
+    return when
+
+
+def _parsed_datetime(text: str) -> datetime | None:
+    try:
+        return parse_datetime(text.strip())
+    except ValueError:  # well formed, out of range (a 13th month)
+        return None
 
 
 def _yaml() -> Any:
