@@ -134,36 +134,44 @@ class Instruments:
             child = self._children[key] = counter.labels(*labels)
         child.inc()
 
-    def count_results(self, counter: Counter, results: Iterable[ResultLike]) -> None:
-        # count() inlined: this runs for every rule of every request.
+    def count_results(
+        self,
+        counter: Counter,
+        results: Iterable[ResultLike],
+        most_remaining: dict[int, int] | None = None,
+    ) -> None:
+        """Count each result by rule and outcome; with ``most_remaining`` (of an admitted
+        decision: the Metrics part's table, by limit, filled in here on a limit's first use),
+        each admitted one with at most that many left as near its limit too."""
+        # count() inlined, and one pass for both counters: this runs for every rule of every
+        # request.
         children = self._children
         for result in results:
             rule = result.rule
-            outcome = ALLOWED if result.allowed else REJECTED if rule.enforcing else SHADOW_REJECTED
-            key = (counter, rule.name, outcome)
-            child = children.get(key)
-            if child is None:
-                child = children[key] = counter.labels(rule.name, outcome)
-            child.inc()
-
-    def count_near(self, results: Iterable[ResultLike], most_remaining: dict[int, int]) -> None:
-        """Count the admitted results near their limit: at most ``most_remaining[limit]`` left
-        (the Metrics part's table, filled in here on a limit's first use)."""
-        children = self._children
-        counter = self.near_limit
-        for result in results:
-            if not result.allowed:
-                continue
-            limit = result.limit
-            most = most_remaining.get(limit)
-            if most is None:
-                most = most_remaining[limit] = near_most(limit, conf.NEAR_LIMIT_RATIO)
-            if result.remaining <= most:
-                name = result.rule.name
-                key = (counter, name)
+            if result.allowed:
+                key = (counter, rule.name, ALLOWED)
                 child = children.get(key)
                 if child is None:
-                    child = children[key] = counter.labels(name)
+                    child = children[key] = counter.labels(rule.name, ALLOWED)
+                child.inc()
+                if most_remaining is None:
+                    continue
+                limit = result.limit
+                most = most_remaining.get(limit)
+                if most is None:
+                    most = most_remaining[limit] = near_most(limit, conf.NEAR_LIMIT_RATIO)
+                if result.remaining <= most:
+                    near_key = (self.near_limit, rule.name)
+                    child = children.get(near_key)
+                    if child is None:
+                        child = children[near_key] = self.near_limit.labels(rule.name)
+                    child.inc()
+            else:
+                outcome = REJECTED if rule.enforcing else SHADOW_REJECTED
+                key = (counter, rule.name, outcome)
+                child = children.get(key)
+                if child is None:
+                    child = children[key] = counter.labels(rule.name, outcome)
                 child.inc()
 
 
@@ -285,9 +293,8 @@ def decided(decision: DecisionLike) -> None:
             if decision.rule is not None:
                 m.count(m.decisions, decision.rule, UNAVAILABLE)
         else:
-            m.count_results(m.decisions, decision.results)
-            if decision.allowed:
-                m.count_near(decision.results, part.most_remaining)
+            near = part.most_remaining if decision.allowed else None
+            m.count_results(m.decisions, decision.results, near)
     except Exception:
         _failure()
 
