@@ -116,7 +116,9 @@ class Setting(Generic[T]):
             or high is not None
             and value > high
         ):
-            if high is not None:
+            if high is not None and self.above:
+                wanted = f"more than {low:g} and at most {high:g}"
+            elif high is not None:
                 wanted = f"between {low:g} and {high:g}"
             else:
                 wanted = f"{'more than' if self.above else 'at least'} {low:g}"
@@ -206,6 +208,16 @@ class Settings:
         None,
         (str, type(None)),
         hint='The URL of any node of the cluster: "redis://host:7000", or rediss:// for TLS.',
+    )
+    NEAR_LIMIT_RATIO = Setting[float](
+        0.8,
+        _NUMBER,
+        convert=float,
+        minimum=0,
+        above=True,
+        maximum=1,
+        hint="The share of a rule's limit past which an admitted request is counted in "
+        "django_throttle_near_limit_total, e.g. 0.8; 1 counts only the last one admitted.",
     )
     # Its values are checked in checks.py: a choice list here holds strings only.
     METRICS = Setting["bool | str"](

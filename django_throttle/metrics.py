@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Protocol
@@ -21,6 +22,7 @@ STORE_AVAILABLE = "django_throttle_store_available"
 FALLBACK_DECISIONS = "django_throttle_fallback_decisions_total"
 BLOCK_CACHE_DECISIONS = "django_throttle_block_cache_decisions_total"
 LOG_FLUSHES = "django_throttle_log_flushes_total"
+NEAR_LIMIT = "django_throttle_near_limit_total"
 
 ALLOWED, REJECTED, SHADOW_REJECTED, UNAVAILABLE = (
     "allowed",
@@ -63,11 +65,17 @@ class ResultLike(Protocol):
     def rule(self) -> RuleLike: ...
     @property
     def allowed(self) -> bool: ...
+    @property
+    def limit(self) -> int: ...
+    @property
+    def remaining(self) -> int: ...
 
 
 class DecisionLike(Protocol):
     @property
     def rule(self) -> str | None: ...
+    @property
+    def allowed(self) -> bool: ...
     @property
     def unavailable(self) -> bool: ...
     @property
@@ -109,6 +117,11 @@ class Instruments:
         self.log_flushes = Counter(
             LOG_FLUSHES, "Writes of the rejection log to the database, by result.", ("result",)
         )
+        self.near_limit = Counter(
+            NEAR_LIMIT,
+            "Rule results of admitted decisions past NEAR_LIMIT_RATIO of the rule's limit.",
+            ("rule",),
+        )
         self.store_available.set(1)
         # labels() takes a lock and builds a tuple on every call: the children are kept.
         self._children: dict[tuple[Counter | str, ...], Counter] = {}
@@ -121,17 +134,52 @@ class Instruments:
             child = self._children[key] = counter.labels(*labels)
         child.inc()
 
-    def count_results(self, counter: Counter, results: Iterable[ResultLike]) -> None:
-        # count() inlined: this runs for every rule of every request.
+    def count_results(
+        self,
+        counter: Counter,
+        results: Iterable[ResultLike],
+        most_remaining: dict[int, int] | None = None,
+    ) -> None:
+        """Count each result by rule and outcome; with ``most_remaining`` (of an admitted
+        decision: the Metrics part's table, by limit, filled in here on a limit's first use),
+        each admitted one with at most that many left as near its limit too."""
+        # count() inlined, and one pass for both counters: this runs for every rule of every
+        # request.
         children = self._children
         for result in results:
             rule = result.rule
-            outcome = ALLOWED if result.allowed else REJECTED if rule.enforcing else SHADOW_REJECTED
-            key = (counter, rule.name, outcome)
-            child = children.get(key)
-            if child is None:
-                child = children[key] = counter.labels(rule.name, outcome)
-            child.inc()
+            if result.allowed:
+                key = (counter, rule.name, ALLOWED)
+                child = children.get(key)
+                if child is None:
+                    child = children[key] = counter.labels(rule.name, ALLOWED)
+                child.inc()
+                if most_remaining is None:
+                    continue
+                limit = result.limit
+                most = most_remaining.get(limit)
+                if most is None:
+                    most = most_remaining[limit] = near_most(limit, conf.NEAR_LIMIT_RATIO)
+                if result.remaining <= most:
+                    near_key = (self.near_limit, rule.name)
+                    child = children.get(near_key)
+                    if child is None:
+                        child = children[near_key] = self.near_limit.labels(rule.name)
+                    child.inc()
+            else:
+                outcome = REJECTED if rule.enforcing else SHADOW_REJECTED
+                key = (counter, rule.name, outcome)
+                child = children.get(key)
+                if child is None:
+                    child = children[key] = counter.labels(rule.name, outcome)
+                child.inc()
+
+
+def near_most(limit: int, ratio: float) -> int:
+    """The most a result of this limit may have left and be near it: used = limit - remaining
+    is at least ``ratio`` of the limit."""
+    # The tolerance keeps a product such as 0.7 * 10 = 7.000000000000001 from asking for 8.
+    return limit - math.ceil(ratio * limit - 1e-9)
 
 
 class Metrics:
@@ -147,6 +195,9 @@ class Metrics:
         self.instruments: Instruments | None = None
         self.lock = threading.Lock()
         self.failed = False  # a metric could not be recorded: said once
+        # Of this runtime's NEAR_LIMIT_RATIO, by limit (rules' and overrides': a few values):
+        # the most left for an admitted result to be near it.
+        self.most_remaining: dict[int, int] = {}
 
     def __getattr__(self, name: str) -> bool:
         if name != "on":
@@ -230,8 +281,11 @@ def _failure() -> None:
 
 def decided(decision: DecisionLike) -> None:
     """Count a decision: one increment per rule result, or one ``unavailable`` for a rule that
-    fails closed while the store is down."""
-    m = _recording()
+    fails closed while the store is down; and, of an admitted one, each rule result past
+    NEAR_LIMIT_RATIO of its limit (log-only rules' included: a rule on trial shows how close
+    it comes)."""
+    part = current.runtime.part(Metrics)
+    m = part.instruments if part.on else None
     if m is None:
         return
     try:
@@ -239,7 +293,8 @@ def decided(decision: DecisionLike) -> None:
             if decision.rule is not None:
                 m.count(m.decisions, decision.rule, UNAVAILABLE)
         else:
-            m.count_results(m.decisions, decision.results)
+            near = part.most_remaining if decision.allowed else None
+            m.count_results(m.decisions, decision.results, near)
     except Exception:
         _failure()
 

@@ -24,6 +24,12 @@ POLICY = "RateLimit-Policy"
 RATELIMIT = "RateLimit"
 TEMPLATE = "django_throttle/429.html"
 
+HTML, JSON, PROBLEM = "text/html", "application/json", "application/problem+json"
+# RFC 9457 problem types: draft-ietf-httpapi-ratelimit-headers' for a 429; for a 503, "about:blank"
+# (the status says it all).
+QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+ABOUT_BLANK = "about:blank"
+
 
 def retry_after_seconds(decision: Decision) -> int:
     return max(1, math.ceil(decision.retry_after))
@@ -53,10 +59,24 @@ def add_headers(response: HttpResponseBase, decision: Decision) -> None:
 
 def wants_json(request: HttpRequest) -> bool:
     """Whether the client prefers application/json to text/html (Accept negotiation)."""
+    return body_type(request) == JSON
+
+
+def body_type(request: HttpRequest) -> str:
+    """HTML, JSON or PROBLEM: what the client's Accept prefers for a rejection's body.
+
+    application/problem+json is chosen only where the client names it (a wildcard such as
+    ``*/*`` or ``application/*`` keeps HTML or JSON, as before it was offered), and wins a tie
+    in quality: a client that names it understands it."""
     if "HTTP_ACCEPT" not in request.META:
-        return False
-    preferred = request.get_preferred_type(["text/html", "application/json"])
-    return preferred == "application/json"
+        return HTML
+    preferred = request.get_preferred_type([HTML, JSON])
+    problem = request.accepted_type(PROBLEM)
+    if problem is not None and problem.specificity >= 2:  # application/problem+json itself
+        other = request.accepted_type(preferred) if preferred is not None else None
+        if other is None or problem.quality >= other.quality:
+            return PROBLEM
+    return JSON if preferred == JSON else HTML
 
 
 def rejected(request: HttpRequest, decision: Decision) -> HttpResponse:
@@ -87,7 +107,10 @@ def default_rejection(request: HttpRequest, decision: Decision) -> HttpResponse:
             "Too many requests. Please try again in %(seconds)d seconds.",
             seconds,
         ) % {"seconds": seconds}
-    if wants_json(request):
+    kind = body_type(request)
+    if kind == PROBLEM:
+        return problem_response(decision, detail, seconds)
+    if kind == JSON:
         return JsonResponse({"detail": detail, "retry_after": seconds}, status=status)
     context: dict[str, Any] = {
         "retry_after": seconds,
@@ -95,3 +118,35 @@ def default_rejection(request: HttpRequest, decision: Decision) -> HttpResponse:
         "rule": decision.rule,
     }
     return HttpResponse(render_to_string(TEMPLATE, context, request=request), status=status)
+
+
+def problem_response(decision: Decision, detail: str, seconds: int) -> JsonResponse:
+    """The rejection as an RFC 9457 problem (application/problem+json)."""
+    problem: dict[str, Any]
+    if decision.unavailable:
+        problem = {
+            "type": ABOUT_BLANK,
+            "title": _("Service Unavailable"),
+            "status": 503,
+            "detail": detail,
+            "retry_after": seconds,
+        }
+    else:
+        problem = {
+            "type": QUOTA_EXCEEDED,
+            "title": _("Request cannot be satisfied as assigned quota has been exceeded"),
+            "status": 429,
+            "detail": detail,
+            "violated-policies": violated_policies(decision),
+            "retry_after": seconds,
+        }
+    return JsonResponse(problem, status=problem["status"], content_type=PROBLEM)
+
+
+def violated_policies(decision: Decision) -> list[str]:
+    """The names of the enforcing rules that rejected, each once, in the order decided (the
+    policy names of the RateLimit-Policy field)."""
+    names = [r.rule.name for r in decision.results if not r.allowed and r.rule.enforcing]
+    if not names and decision.rule is not None:
+        names = [decision.rule]
+    return list(dict.fromkeys(names))

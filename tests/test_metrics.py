@@ -229,6 +229,7 @@ def test_metrics_are_served_from_the_default_registry(client: Any) -> None:
         "django_throttle_fallback_decisions",
         "django_throttle_block_cache_decisions",
         "django_throttle_log_flushes",
+        "django_throttle_near_limit",
     ):
         assert families[name].type == "counter"
     samples = {(s.name, tuple(sorted(s.labels.items()))) for s in families[DECISIONS[:-6]].samples}
@@ -243,6 +244,7 @@ def test_settings_changes_never_register_the_metrics_twice(configure: Any, clien
     names = [family.name for family in REGISTRY.collect()]
     assert names.count("django_throttle_decisions") == 1
     assert names.count("django_throttle_store_seconds") == 1
+    assert names.count("django_throttle_near_limit") == 1
 
 
 def test_metrics_off_records_nothing(configure: Any, client: Any, managed: RedisServer) -> None:
@@ -317,4 +319,112 @@ def test_metrics_setting_other_than_true_false_or_auto_is_an_error(
         assert [m.id for m in check_settings()] == [error_id]
     for fine in (True, False, "auto"):
         with override_settings(DJANGO_THROTTLE={"METRICS": fine}):
+            assert check_settings() == []
+
+
+# -- near the limit -------------------------------------------------------------------------
+
+NEAR = "django_throttle_near_limit_total"
+
+
+def near(rule_name: str) -> float:
+    return value(NEAR, rule=rule_name)
+
+
+def near_counts(client: Any, rule_names: tuple[str, ...], times: int) -> list[Any]:
+    """After each of ``times`` requests to OPEN: its status, then the near counts gained."""
+    before = [near(name) for name in rule_names]
+    seen = []
+    for _ in range(times):
+        status = client.get(OPEN).status_code
+        seen.append((status, *(near(n) - b for n, b in zip(rule_names, before, strict=True))))
+    return seen
+
+
+def test_admitted_decisions_past_the_ratio_are_near(client: Any) -> None:
+    rule("api", "/api/", 10, algorithm="sliding_window_log")  # NEAR_LIMIT_RATIO 0.8: 8 of 10
+    seen = near_counts(client, ("api",), 12)
+    # Below the ratio nothing; at it (8 used) and past it, one each; a rejection is not near.
+    assert seen == [(200, 0)] * 7 + [(200, 1), (200, 2), (200, 3), (429, 3), (429, 3)]
+
+
+@pytest.mark.parametrize(
+    ("ratio", "limit", "first_near"),
+    [(0.5, 4, 2), (0.7, 10, 7), (1, 5, 5), (1.0, 1, 1), (0.01, 3, 1), (0.75, 4, 3)],
+)
+def test_near_limit_ratio_setting(
+    client: Any, configure: Any, ratio: float, limit: int, first_near: int
+) -> None:
+    configure(NEAR_LIMIT_RATIO=ratio)
+    rule("api", "/api/", limit, algorithm="sliding_window_log")
+    seen = near_counts(client, ("api",), limit)
+    # 0.7 * 10 is 7.000000000000001 in floating point: still the 7th request.
+    assert [count for _, count in seen] == [max(0, n - first_near + 1) for n in range(1, limit + 1)]
+
+
+def test_a_rejected_decision_counts_no_rule_near(client: Any, configure: Any) -> None:
+    configure(NEAR_LIMIT_RATIO=0.6)  # small: 2 of 2 used; big: 2 of 3
+    rule("small", "/api/", 2, algorithm="sliding_window_log")
+    rule("big", "/api/", 3, algorithm="sliding_window_log")
+    # Small rejects the third request; big admitted it (its result says 2 used, near), but
+    # nothing was taken: a rejected decision is counted near for no rule.
+    assert near_counts(client, ("small", "big"), 3) == [(200, 0, 0), (200, 1, 1), (429, 1, 1)]
+
+
+def test_log_only_rules_count_near_until_they_would_reject(client: Any) -> None:
+    rule("api", "/api/", 100, algorithm="sliding_window_log")
+    rule("trial", "/api/", 3, algorithm="sliding_window_log", action="log")
+    seen = near_counts(client, ("api", "trial"), 5)
+    # 3 of 3 is near (0.8 * 3 = 2.4: the 3rd); the 4th and 5th would be rejections.
+    assert seen == [(200, 0, 0), (200, 0, 0), (200, 0, 1), (200, 0, 1), (200, 0, 1)]
+
+
+def test_explicit_keys_count_near_by_the_limit_in_force(
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    from django_throttle import check_key
+    from django_throttle.models import Override
+
+    partner = rule("partner", "partner-api", 5, algorithm="sliding_window_log")
+    with django_capture_on_commit_callbacks(execute=True):
+        Override.objects.create(rule=partner, key="partner:big", limit=10)
+
+    def near_events(key: str, times: int) -> list[tuple[bool, float]]:
+        before = near("partner")
+        return [
+            (check_key("partner-api", key).allowed, near("partner") - before) for _ in range(times)
+        ]
+
+    # 0.8 * 5 = 4: the 4th and 5th events; the 6th is rejected.
+    assert near_events("partner:acme", 6) == [(True, 0)] * 3 + [(True, 1), (True, 2), (False, 2)]
+    # The override's own limit: 0.8 * 10 = 8.
+    assert [n for _, n in near_events("partner:big", 10)] == [0] * 7 + [1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    ("setting", "error_id"),
+    [
+        (0, "django_throttle.E009"),
+        (0.0, "django_throttle.E009"),
+        (-0.5, "django_throttle.E009"),
+        (1.01, "django_throttle.E009"),
+        (80, "django_throttle.E009"),
+        ("0.8", "django_throttle.E005"),
+        (True, "django_throttle.E005"),
+        (None, "django_throttle.E005"),
+    ],
+)
+def test_near_limit_ratio_out_of_range_or_not_a_number_is_an_error(
+    setting: Any, error_id: str
+) -> None:
+    with override_settings(DJANGO_THROTTLE={"NEAR_LIMIT_RATIO": setting}):
+        messages = check_settings()
+        with pytest.raises(SystemCheckError, match=error_id):
+            call_command("check")
+    assert [m.id for m in messages] == [error_id]
+    assert "NEAR_LIMIT_RATIO" in messages[0].msg
+    if error_id.endswith("E009"):
+        assert "more than 0 and at most 1" in messages[0].msg
+    for fine in (0.8, 1, 1.0, 0.001):
+        with override_settings(DJANGO_THROTTLE={"NEAR_LIMIT_RATIO": fine}):
             assert check_settings() == []
