@@ -30,9 +30,8 @@ from django.utils.formats import date_format
 from django.utils.http import content_disposition_header
 from django.utils.text import capfirst
 from django.utils.timezone import localtime
-from django.utils.translation import gettext as _t
+from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
-from django.utils.translation import ngettext
 
 from .management.rulefiles import (
     FIELDS,
@@ -180,7 +179,10 @@ def _read(file: Any, prune: bool) -> tuple[Upload, Plan] | str:
     try:
         plan = import_rules(parse(raw, fmt), prune=prune, dry_run=True)
     except RuleFileError as exc:
-        return _t("%(file)s: %(problem)s; nothing was written.") % {"file": name, "problem": exc}
+        return gettext("%(file)s: %(problem)s; nothing was written.") % {
+            "file": name,
+            "problem": exc,
+        }
     return Upload(name, fmt, raw.decode("utf-8-sig"), prune), plan
 
 
@@ -196,7 +198,7 @@ def _preview(
     limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
     if limit is not None and len(token) + FORM_OVERHEAD > limit:
         problems.append(
-            _t(
+            gettext(
                 "This file is too large to apply from the admin (the form sending it back may "
                 "carry %(limit)s bytes, DATA_UPLOAD_MAX_MEMORY_SIZE): use manage.py "
                 "throttle_import."
@@ -223,11 +225,13 @@ def _apply(model_admin: _RuleModelAdmin, request: HttpRequest) -> HttpResponse:
         upload, doomed_names, previewed = Upload.unsigned(request.POST["token"], request.user)
     except signing.SignatureExpired:
         return _start_again(
-            model_admin, request, _t("This preview is over an hour old: upload the file again.")
+            model_admin,
+            request,
+            gettext("This preview is over an hour old: upload the file again."),
         )
     except signing.BadSignature:
         return _start_again(
-            model_admin, request, _t("This preview cannot be applied: upload the file again.")
+            model_admin, request, gettext("This preview cannot be applied: upload the file again.")
         )
     try:
         with transaction.atomic():
@@ -237,10 +241,10 @@ def _apply(model_admin: _RuleModelAdmin, request: HttpRequest) -> HttpResponse:
                 raise _PlanChanged(plan)
             _log(request, upload, plan, doomed)
     except RuleFileError as exc:  # a group deleted since the preview, say
-        message = _t("%(file)s: %(problem)s; nothing was written.")
+        message = gettext("%(file)s: %(problem)s; nothing was written.")
         return _start_again(model_admin, request, message % {"file": upload.name, "problem": exc})
     except _PlanChanged as changed:  # rolled back: nothing was written
-        notice = _t(
+        notice = gettext(
             "The rules changed since the preview, and nothing was written: this is what the "
             "file would do now."
         )
@@ -261,9 +265,9 @@ def _refused(model_admin: _RuleModelAdmin, request: HttpRequest, plan: Plan) -> 
     """What the plan does that this user may not do (the page itself needs change)."""
     problems = []
     if plan.create and not model_admin.has_add_permission(request):
-        problems.append(_t("The file creates rules, and you may not add rules."))
+        problems.append(gettext("The file creates rules, and you may not add rules."))
     if plan.delete and not model_admin.has_delete_permission(request):
-        problems.append(_t("The file deletes rules (prune), and you may not delete rules."))
+        problems.append(gettext("The file deletes rules (prune), and you may not delete rules."))
     return problems
 
 
@@ -315,15 +319,15 @@ def _shown(name: str, value: Any) -> str:
     if isinstance(value, list):
         return ", ".join(str(v) for v in value)
     if isinstance(value, bool):
-        return _t("yes") if value else _t("no")
+        return gettext("yes") if value else gettext("no")
     choices = dict(Rule._meta.get_field(name).flatchoices)  # type: ignore[union-attr]
     return str(choices.get(value, value))
 
 
 def _override_shown(key: str, limit: int | None, exempt: bool, ends: datetime | None) -> str:
-    shown = f"{key} ({_t('exempt')})" if exempt else f"{key}: {limit}"
+    shown = f"{key} ({gettext('exempt')})" if exempt else f"{key}: {limit}"
     if ends is not None:
-        shown += " " + _t("until %(when)s") % {
+        shown += " " + gettext("until %(when)s") % {
             "when": date_format(localtime(ends), "DATETIME_FORMAT")
         }
     return shown
@@ -367,13 +371,13 @@ def _log(request: HttpRequest, upload: Upload, plan: Plan, doomed: list[Rule]) -
 
     file = {"file": upload.name}
     for rule in _named(plan.create):
-        entries.append(entry(rule, ADDITION, _t("Added by importing %(file)s.") % file))
+        entries.append(entry(rule, ADDITION, gettext("Added by importing %(file)s.") % file))
     for rule in _named(list(changed)):
         fields = ", ".join(_label(f) for f in changed[rule.name])
-        message = _t("Changed %(fields)s by importing %(file)s.") % {**file, "fields": fields}
+        message = gettext("Changed %(fields)s by importing %(file)s.") % {**file, "fields": fields}
         entries.append(entry(rule, CHANGE, message))
     for rule in doomed:
-        entries.append(entry(rule, DELETION, _t("Deleted by importing %(file)s.") % file))
+        entries.append(entry(rule, DELETION, gettext("Deleted by importing %(file)s.") % file))
     LogEntry.objects.bulk_create(entries)
 
 
@@ -389,4 +393,6 @@ def _summary(upload: Upload, plan: Plan) -> str:
         "unchanged": ngettext("%(n)d unchanged", "%(n)d unchanged", len(plan.unchanged))
         % {"n": len(plan.unchanged)},
     }
-    return _t("Imported %(file)s: %(created)s, %(changed)s, %(deleted)s, %(unchanged)s.") % counts
+    return (
+        gettext("Imported %(file)s: %(created)s, %(changed)s, %(deleted)s, %(unchanged)s.") % counts
+    )
