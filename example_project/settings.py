@@ -24,6 +24,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.locale.LocaleMiddleware",  # each visitor in their Accept-Language
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -80,6 +81,17 @@ REST_FRAMEWORK = {
 
 AUTH_PASSWORD_VALIDATORS = []
 LANGUAGE_CODE = "en-us"
+# The languages the package ships catalogues for (docs/usage.md, "Languages").
+LANGUAGES = [
+    ("en", "English"),
+    ("ko", "한국어"),
+    ("ja", "日本語"),
+    ("zh-hans", "简体中文"),
+    ("de", "Deutsch"),
+    ("fr", "Français"),
+    ("es", "Español"),
+    ("pt-br", "Português (Brasil)"),
+]
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
