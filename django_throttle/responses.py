@@ -87,9 +87,7 @@ def rejected(request: HttpRequest, decision: Decision) -> HttpResponse:
         response = import_string(view_path)(request, decision)
     else:
         response = default_rejection(request, decision)
-    response[RETRY_AFTER] = str(retry_after_seconds(decision))
-    if not decision.unavailable:
-        add_headers(response, decision)
+    rejection_headers(response, decision)
     # Rejections are expected and recorded on the dashboard; without this, Django's request
     # logger would write each 429 as a warning and each 503 as an error (mailed to ADMINS).
     response._has_been_logged = True  # type: ignore[attr-defined]  # Django's own flag, not in django-stubs
@@ -99,14 +97,7 @@ def rejected(request: HttpRequest, decision: Decision) -> HttpResponse:
 def default_rejection(request: HttpRequest, decision: Decision) -> HttpResponse:
     status = 503 if decision.unavailable else 429
     seconds = retry_after_seconds(decision)
-    if decision.unavailable:
-        detail = _("The service is temporarily unavailable. Please try again later.")
-    else:
-        detail = ngettext(
-            "Too many requests. Please try again in %(seconds)d second.",
-            "Too many requests. Please try again in %(seconds)d seconds.",
-            seconds,
-        ) % {"seconds": seconds}
+    detail = rejection_detail(decision)
     kind = body_type(request)
     if kind == PROBLEM:
         return problem_response(decision, detail, seconds)
@@ -118,6 +109,25 @@ def default_rejection(request: HttpRequest, decision: Decision) -> HttpResponse:
         "rule": decision.rule,
     }
     return HttpResponse(render_to_string(TEMPLATE, context, request=request), status=status)
+
+
+def rejection_detail(decision: Decision) -> str:
+    """What a rejection tells the client, in the active language."""
+    if decision.unavailable:
+        return _("The service is temporarily unavailable. Please try again later.")
+    seconds = retry_after_seconds(decision)
+    return ngettext(
+        "Too many requests. Please try again in %(seconds)d second.",
+        "Too many requests. Please try again in %(seconds)d seconds.",
+        seconds,
+    ) % {"seconds": seconds}
+
+
+def rejection_headers(response: HttpResponseBase, decision: Decision) -> None:
+    """Retry-After, and the rate-limit fields but for a store outage's 503."""
+    response[RETRY_AFTER] = str(retry_after_seconds(decision))
+    if not decision.unavailable:
+        add_headers(response, decision)
 
 
 def problem_response(decision: Decision, detail: str, seconds: int) -> JsonResponse:

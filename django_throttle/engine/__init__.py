@@ -15,6 +15,7 @@ from .explicit_keys import (
     reset_key,
 )
 from .flows import (
+    aadmit,
     aenforce,
     aenforce_unrouted,
     aenforce_view,
@@ -38,6 +39,7 @@ from .request_state import SPECS_ATTR, seen_by_middleware, state_of, under_middl
 
 __all__ = (
     "SPECS_ATTR",
+    "aadmit",
     "afailed",
     "afinish",
     "ablock_key",

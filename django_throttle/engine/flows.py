@@ -133,9 +133,22 @@ async def aenforce(
     url_name: str | None = None,
 ) -> HttpResponse | None:
     """enforce() for async callers: the store call and the wait never block the loop."""
+    decision = await aadmit(request, specs, paths=paths, url_name=url_name)
+    return None if decision.allowed else rejected(request, decision)
+
+
+async def aadmit(
+    request: Any,
+    specs: Iterable[ScopeSpec] = (),
+    *,
+    paths: bool = False,
+    url_name: str | None = None,
+) -> Decision:
+    """aenforce() without the response (a WebSocket handshake answers its own way): the
+    rejection, or the admission once a delay rule has held the request."""
     decision = await aevaluate(request, specs, paths=paths, url_name=url_name)
     if not decision.allowed:
-        return rejected(request, decision)
+        return decision
     wait = delay_of(decision)
     if wait:
         delays = current.runtime.part(Delays)
@@ -144,12 +157,12 @@ async def aenforce(
             await agive_back(taken(forget_taken(request, decision)))
             turned = turned_away(decision, wait)
             announce(request, turned)
-            return rejected(request, turned)
+            return turned
         try:
             await asyncio.sleep(wait)
         finally:
             delays.leave(held)
-    return None
+    return decision
 
 
 def enforce_view(request: Any, view_func: Any) -> HttpResponse | None:
