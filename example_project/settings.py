@@ -10,6 +10,7 @@ DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
 ALLOWED_HOSTS = ["127.0.0.1", "localhost", "[::1]"]
 
 INSTALLED_APPS = [
+    "daphne",  # runserver serves ASGI_APPLICATION: HTTP and the demo's WebSocket echo
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",

@@ -71,4 +71,21 @@ DEMO_RULES = [
         "unit": "hour",
         "algorithm": "fixed_window",
     },
+    {
+        "name": "echo-connect",
+        "scope": "/ws/",
+        "methods": "WEBSOCKET",
+        "key_kind": "ip",
+        "limit": 10,
+        "unit": "minute",
+        "algorithm": "sliding_window_counter",
+    },
+    {
+        "name": "echo",
+        "scope": "echo",
+        "key_kind": "user_or_ip",
+        "limit": 20,
+        "unit": "minute",
+        "algorithm": "sliding_window_counter",
+    },
 ]
