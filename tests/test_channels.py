@@ -523,3 +523,34 @@ def test_the_demo_serves_its_echo_under_the_demo_rules(tmp_path: Path) -> None:
         process.terminate()
         process.wait(timeout=10)
     assert [a.split(" ")[1] for a in answers] == ["101"] * 10 + ["403"]
+
+
+def test_a_bad_throttle_cost_is_a_clear_error() -> None:
+    rule("chat", "chat", 5, algorithm="fixed_window")
+
+    class Bad(AsyncChat):
+        def throttle_cost(self, text_data: Any = None, bytes_data: Any = None) -> int:
+            return -1
+
+    async def body() -> None:
+        talk = communicator("/ws/", app=Bad.as_asgi())
+        await talk.connect()
+        await talk.send_to(text_data="a")
+        await talk.wait(2)
+
+    with pytest.raises(ValueError, match=r"Bad\.throttle_cost\(\) must return a whole number"):
+        run(body)
+
+
+def test_a_concurrency_rule_limits_the_connections_open_at_once() -> None:
+    rule("open-sockets", "/ws/", 1, algorithm="concurrency")
+
+    async def body() -> list[bool]:
+        first = communicator("/ws/echo/")
+        assert (await first.connect())[0]
+        while_open = await handshake("/ws/echo/")
+        await first.disconnect()
+        await first.wait(2)  # the middleware's call is over: the slot is given back
+        return [while_open, await handshake("/ws/echo/")]
+
+    assert run(body) == [False, True]

@@ -8,6 +8,7 @@ from typing import Any
 
 from channels.consumer import SyncConsumer
 
+from ...costs import valid_cost
 from ...decision import Decision
 from ...engine import aevaluate, arelease_leases, evaluate, release_leases, state_of
 from ...responses import retry_after_seconds
@@ -60,7 +61,7 @@ class ThrottledConsumerMixin:
         if not decision.allowed:
             self.throttled(decision)
             if self._throttle_refused():
-                self.close(code=CLOSE_CODE)  # type: ignore[attr-defined]
+                self.close(code=CLOSE_CODE)
             return None
         self._throttle_rejected = 0
         try:
@@ -107,6 +108,14 @@ class ThrottledConsumerMixin:
         cost = self.throttle_cost(
             text_data=text, bytes_data=None if text is not None else message.get("bytes")
         )
+        if cost != 0 or isinstance(cost, bool):
+            try:
+                valid_cost(cost)
+            except ValueError:
+                raise ValueError(
+                    f"{type(self).__name__}.throttle_cost() must return a whole number, 0 or "
+                    f"more, not {cost!r}"
+                ) from None
         return handshake.for_message(), spec, cost
 
     def _throttle_refused(self) -> bool:
