@@ -554,3 +554,57 @@ def test_a_concurrency_rule_limits_the_connections_open_at_once() -> None:
         return [while_open, await handshake("/ws/echo/")]
 
     assert run(body) == [False, True]
+
+
+def test_handshakes_and_messages_are_decided_on_the_loop_once_the_rules_are_loaded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """AuthMiddlewareStack has loaded the user: a user rule needs no thread hop either."""
+    import threading
+
+    from django_throttle.engine import flows
+
+    rule("sockets", "/ws/", 100, key_kind="user_or_ip", algorithm="fixed_window")
+    rule("chat", "chat", 100, key_kind="user_or_ip", algorithm="fixed_window")
+    places: list[str] = []
+    loop: list[int] = []
+    gather = flows.gather
+
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        result = gather(*args, **kwargs)
+        places.append("loop" if threading.get_ident() in loop else "thread")
+        return result
+
+    monkeypatch.setattr(flows, "gather", recorded)
+
+    async def body() -> list[Any]:
+        loop.append(threading.get_ident())
+        first = await conversation("/ws/async/", ["a"])  # loads the rules: in a thread
+        return [first, await conversation("/ws/async/", ["b", "c"])]
+
+    assert run(body) == [["echo:a"], ["echo:b", "echo:c"]]
+    assert places[0] == "thread" and set(places[1:]) == {"loop"}
+
+
+def test_message_rules_count_the_user_of_the_handshake(django_user_model: Any, client: Any) -> None:
+    rule("chat", "chat", 1, key_kind="user", algorithm="fixed_window")
+    client.force_login(django_user_model.objects.create_user("ada", password="pw"))
+    cookie = [(b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode())]
+
+    async def talk(client_ip: str, headers: Any) -> list[Any]:
+        socket = communicator("/ws/sync/", client=client_ip, headers=headers)
+        assert (await socket.connect())[0]
+        await socket.send_to(text_data="a")
+        answer = await socket.receive_from(2)
+        await socket.disconnect()
+        return [answer]
+
+    async def body() -> list[Any]:
+        return [
+            *await talk(CLIENT, cookie),
+            *await talk(OTHER, cookie),  # the same user from another address: one counter
+            *await talk(OTHER, None),  # anonymous: a user rule does not count it
+        ]
+
+    first, second, anonymous = run(body)
+    assert first == "echo:a" and throttled(second) and anonymous == "echo:a"
