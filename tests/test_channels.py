@@ -471,7 +471,8 @@ def test_daphne_answers_a_refused_handshake_with_403(settings: Any) -> None:
 
 @pytest.mark.slow
 def test_uvicorn_answers_a_refused_handshake_with_429(settings: Any) -> None:
-    ws = pytest.importorskip("wsproto", reason="uvicorn's WebSocket support needs wsproto")
+    import wsproto as ws  # in the test extra: uvicorn's WebSockets need it
+
     assert ws
     rule("sockets", "/ws/", 1, algorithm="fixed_window")
     database = settings.DATABASES["default"]
