@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import json
+import logging
 import re
 import threading
 import time
@@ -99,6 +100,8 @@ def badly_keyed(self: Any, value: Any) -> None:
 @pytest.fixture(scope="module")
 def broker() -> Iterator[RedisServer]:
     """The broker and result backend: a server of its own, so pausing the store's leaves it up."""
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
     server = RedisServer()
     server.start()
     app.conf.update(broker_url=server.url, result_backend=server.url)
@@ -107,6 +110,9 @@ def broker() -> Iterator[RedisServer]:
     gc.collect()  # results left over unsubscribe from the backend while it still answers
     app.close()
     server.close()
+    # A worker sets up logging (the root logger's level to ERROR): the next modules log as before.
+    root.setLevel(level)
+    root.handlers[:] = handlers
 
 
 @pytest.fixture
