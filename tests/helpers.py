@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -30,3 +31,21 @@ def run(make_coroutine: Callable[[], Awaitable[Any]]) -> Any:
         return await make_coroutine()
 
     return async_to_sync(body)()
+
+
+def where_gathered(monkeypatch: Any) -> tuple[list[str], list[int]]:
+    """Record where each gathering runs: "loop" on a thread listed in the second list (the
+    test's event loop adds its own), else "thread"."""
+    from django_throttle.engine import flows
+
+    places: list[str] = []
+    loop: list[int] = []
+    gather = flows.gather
+
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        result = gather(*args, **kwargs)
+        places.append("loop" if threading.get_ident() in loop else "thread")
+        return result
+
+    monkeypatch.setattr(flows, "gather", recorded)
+    return places, loop

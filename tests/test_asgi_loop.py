@@ -10,8 +10,7 @@ from typing import Any
 import pytest
 from django.core.handlers.asgi import ASGIHandler
 
-from django_throttle.engine import flows
-from tests.helpers import rule, run
+from tests.helpers import rule, run, where_gathered
 from tests.traffic import asgi_get, database_kept_open
 
 pytestmark = [
@@ -32,7 +31,7 @@ def requests(paths: list[str], loop_thread: list[int]) -> list[Any]:
 
 def test_an_ip_rule_is_gathered_on_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     rule("api", "/api/", 2, algorithm="fixed_window")
-    places, loop = _spy(monkeypatch)
+    places, loop = where_gathered(monkeypatch)
     statuses = requests(["/api/items/"] * 4, loop)
     assert statuses == [200, 200, 429, 429]
     # The first request loads the rules (a database query): in a thread. Then on the loop.
@@ -43,7 +42,7 @@ def test_a_user_rule_whose_user_is_not_loaded_is_gathered_in_a_thread(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     rule("users", "/api/", 2, key_kind="user_or_ip", algorithm="fixed_window")
-    places, loop = _spy(monkeypatch)
+    places, loop = where_gathered(monkeypatch)
     assert requests(["/api/items/"] * 3, loop) == [200, 200, 429]
     assert set(places) == {"thread"}
 
@@ -52,20 +51,6 @@ def test_a_custom_key_function_is_called_in_a_thread(
     monkeypatch: pytest.MonkeyPatch, settings: Any
 ) -> None:
     rule("tenants", "/api/", 2, key_kind="custom", key_arg="tenant", algorithm="fixed_window")
-    places, loop = _spy(monkeypatch)
+    places, loop = where_gathered(monkeypatch)
     assert requests(["/api/items/"] * 3, loop) == [200] * 3  # no X-Tenant: not counted
     assert set(places) == {"thread"}
-
-
-def _spy(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], list[int]]:
-    places: list[str] = []
-    loop: list[int] = []
-    gather = flows.gather
-
-    def recorded(*args: Any, **kwargs: Any) -> Any:
-        result = gather(*args, **kwargs)
-        places.append("loop" if threading.get_ident() in loop else "thread")
-        return result
-
-    monkeypatch.setattr(flows, "gather", recorded)
-    return places, loop

@@ -31,7 +31,7 @@ from django_throttle.contrib.channels import ThrottledConsumerMixin, ThrottleMid
 from django_throttle.models import Override, Rejection
 from django_throttle.rejection_log import flush
 from django_throttle.signals import request_throttled
-from tests.helpers import rule, run
+from tests.helpers import rule, run, where_gathered
 from tests.redis_server import RedisServer
 from tests.served import free_port, serving
 from tests.traffic import database_kept_open
@@ -563,20 +563,9 @@ def test_handshakes_and_messages_are_decided_on_the_loop_once_the_rules_are_load
     """AuthMiddlewareStack has loaded the user: a user rule needs no thread hop either."""
     import threading
 
-    from django_throttle.engine import flows
-
     rule("sockets", "/ws/", 100, key_kind="user_or_ip", algorithm="fixed_window")
     rule("chat", "chat", 100, key_kind="user_or_ip", algorithm="fixed_window")
-    places: list[str] = []
-    loop: list[int] = []
-    gather = flows.gather
-
-    def recorded(*args: Any, **kwargs: Any) -> Any:
-        result = gather(*args, **kwargs)
-        places.append("loop" if threading.get_ident() in loop else "thread")
-        return result
-
-    monkeypatch.setattr(flows, "gather", recorded)
+    places, loop = where_gathered(monkeypatch)
 
     async def body() -> list[Any]:
         loop.append(threading.get_ident())

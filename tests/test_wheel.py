@@ -45,6 +45,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[zipfile.ZipFile]
         "django_throttle/templates/admin/django_throttle/dashboard_key.html",
         "django_throttle/templates/admin/django_throttle/rule/change_list.html",
         "django_throttle/templates/admin/django_throttle/rule/import.html",
+        "django_throttle/templates/admin/django_throttle/rule/import_rules.html",
         "django_throttle/static/django_throttle/rule_form.js",
         "django_throttle/py.typed",
     ],
