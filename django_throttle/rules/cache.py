@@ -335,10 +335,11 @@ class RuleCache:
             return
         if previous is not None:
             _carry_blocks(previous, rules)
-        self._rules, self._seen_version = rules, version
         if self._failing == _LOAD:
+            # Said before the rules are put in force: whoever sees them sees the recovery logged.
             logger.warning("django_throttle: rules loaded again after the error")
             self._failing = None
+        self._rules, self._seen_version = rules, version
 
     def _report(self, what: str, exc: Exception) -> None:
         # Logged once per outage, not once per refresh or per request.
