@@ -27,6 +27,28 @@ BLOCK_SUFFIX = ":b"  # a rule's block of a client: its state key + this (same ha
 DIGEST_BYTES = 9  # 72 bits: 12 characters of base64, collision-free for any realistic client count
 
 
+def same_slot(key: str, suffix: str) -> str:
+    """A key beside ``key`` in its Redis Cluster slot (one MGET reads both), under
+    KEY_PREFIX (an ACL user's key pattern covers it)."""
+    start = key.find("{")
+    if start != -1 and key.find("}", start + 2) != -1:
+        return f"{key}:{suffix}"  # key's own hash tag places both
+    # A key without a tag hashes whole, as this tag does.
+    return f"{conf.KEY_PREFIX}:{{{key}}}:{suffix}"
+
+
+def version_key() -> str:
+    """The rules version: a token every process reads each RULES_REFRESH."""
+    return f"{conf.KEY_PREFIX}:rules:version"
+
+
+def held_key() -> str:
+    """Lives as long as the longest block written by block.lua (``block_key()``, the
+    dashboard's Block): while it does, every decision reads every rule's block key. Read
+    with the rules version (its slot)."""
+    return same_slot(version_key(), "held")
+
+
 def state_prefix(rule_key: str, algorithm: str) -> str:
     """``thr:12f:``: the key prefix of one rule's per-client state.
 

@@ -325,6 +325,50 @@ def test_a_block_is_seen_by_a_new_runtime() -> None:
     assert not check_key("partner-api", "partner:acme").allowed
 
 
+def commands_of(redis_client: Any, call: Any) -> dict[str, int]:
+    """The Redis commands ``call()`` made, by name (commandstats, reset right before)."""
+    redis_client.config_resetstat()
+    call()
+    stats = redis_client.info("commandstats")
+    return {name.removeprefix("cmdstat_"): int(s["calls"]) for name, s in stats.items()}
+
+
+def test_block_keys_are_read_only_while_a_block_may_live(redis_client: Any) -> None:
+    """A rule without a block duration has its clients' block keys read only while a block of
+    block_key() may live: the held key says so to every process (read with the rules version),
+    and lives as long as the longest block."""
+    from django_throttle.state_keys import held_key
+
+    rule("partner", "partner-api", 100)
+    assert check_key("partner-api", "partner:a").allowed  # the rules loaded
+    reads = commands_of(redis_client, lambda: check_key("partner-api", "partner:a"))
+    assert reads.get("pttl", 0) == 0
+
+    block_key("partner-api", "partner:b", 600)
+    block_key("partner-api", "partner:c", 60)  # a shorter block never shortens the held key
+    assert 595_000 < redis_client.pttl(held_key()) <= 600_000
+    reads = commands_of(redis_client, lambda: check_key("partner-api", "partner:a"))
+    assert reads.get("pttl", 0) == 1
+
+    replace_runtime()  # another process learns it when it reads the rules version
+    assert not check_key("partner-api", "partner:b").allowed
+    redis_client.delete(held_key())  # as when the longest block has ended
+    replace_runtime()
+    assert check_key("partner-api", "partner:a").allowed
+    reads = commands_of(redis_client, lambda: check_key("partner-api", "partner:a"))
+    assert reads.get("pttl", 0) == 0
+
+
+def test_a_rule_with_a_block_duration_always_reads_its_block(redis_client: Any) -> None:
+    rule("login", "/login/", 1, block_seconds=60)
+    assert [check_key("/login/", "ip:192.0.2.9").allowed for _ in range(2)] == [True, False]
+    replace_runtime()  # nothing held, nothing remembered: the rule's own block is read
+    decided: list[Any] = []
+    reads = commands_of(redis_client, lambda: decided.append(check_key("/login/", "ip:192.0.2.9")))
+    assert reads.get("pttl", 0) == 1
+    assert not decided[0].allowed and 55 <= decided[0].retry_after <= 60
+
+
 def test_a_blocked_request_is_rejected_before_the_view(client: Any) -> None:
     rule("api", "/api/", 100)
     block_key("/api/", CLIENT, 60)

@@ -18,6 +18,7 @@ from ..compiled import CompiledRule, OverrideSpec, RuleRow, compile_rule, with_o
 from ..conf import conf
 from ..models import Override, Rule
 from ..runtime import current, runtime
+from ..state_keys import held_key, same_slot, version_key
 from ..store import get_store
 from .ruleset import RuleSet
 
@@ -29,23 +30,14 @@ VERSION_KEY_TTL = 30 * 86400  # an expired version only costs every process one 
 # -- where the rules version lives --------------------------------------------
 
 
-def same_slot(key: str, suffix: str) -> str:
-    """A key beside ``key`` in its Redis Cluster slot (one MGET reads both), under
-    KEY_PREFIX (an ACL user's key pattern covers it)."""
-    start = key.find("{")
-    if start != -1 and key.find("}", start + 2) != -1:
-        return f"{key}:{suffix}"  # key's own hash tag places both
-    # A key without a tag hashes whole, as this tag does.
-    return f"{conf.KEY_PREFIX}:{{{key}}}:{suffix}"
-
-
 class RedisVersion:
     """A random token in Redis, replaced whenever any process changes a rule; and the blocks
     token, replaced whenever a client's state is reset or refunded."""
 
     def __init__(self) -> None:
-        self.key = f"{conf.KEY_PREFIX}:rules:version"
+        self.key = version_key()
         self.blocks_key = same_slot(self.key, "blocks")
+        self.held_key = held_key()
 
     def read(self) -> Any:
         return self.read_tokens()[0]
@@ -54,7 +46,8 @@ class RedisVersion:
         """The rules version and the blocks token, in one round trip."""
         # The store (on a cluster: these keys' master) failed moments ago: keep the rules,
         # don't wait on it (ConnectionError).
-        return get_store().read_tokens(self.key, self.blocks_key)
+        # The held key tells the store whether to read every rule's block keys.
+        return get_store().read_tokens(self.key, self.blocks_key, self.held_key)
 
     def bump(self) -> None:
         get_store().write_token(self.key, uuid.uuid4().hex, VERSION_KEY_TTL)

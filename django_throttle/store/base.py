@@ -7,11 +7,41 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..compiled import CompiledRule
-from ..state_keys import client_tag
+from ..state_keys import BLOCK_SUFFIX, client_tag
+
+# Algorithms whose state is a key per window, "<state key>:<window>" (decide.lua's header).
+WINDOWED = frozenset({"fixed_window", "sliding_window_counter"})
+
+
+class BlockReads:
+    """Which block keys decisions read. A rule with a block duration of its own always has its
+    read; every rule's only while ``every`` is true: while a block written by block.lua
+    (``block_key()``, the dashboard's Block) may live, as the store's held key says (read with
+    the rules version) or as this process knows, having written one. Shared by a process's
+    backends."""
+
+    __slots__ = ("every",)
+
+    def __init__(self) -> None:
+        self.every = False
 
 
 def state_key(rule: CompiledRule, identity: str) -> str:
     return rule.state_prefix + client_tag(identity)
+
+
+def client_keys(rule: CompiledRule, identity: str, now: float) -> list[str]:
+    """Every key one client can have under ``rule`` around ``now`` (the store's clock, as this
+    process estimates it): its state key, its block key and, for windows, the key of every
+    window a decision could count in or read from within a period either side of ``now``."""
+    key = state_key(rule, identity)
+    keys = [key, key + BLOCK_SUFFIX]
+    if rule.calendar is not None:
+        keys += [f"{key}:{start}" for start in rule.calendar.starts(now)]
+    elif rule.algorithm in WINDOWED:
+        window = int(now // rule.period)
+        keys += [f"{key}:{n}" for n in range(window - 2, window + 2)]
+    return keys
 
 
 @dataclass(slots=True)  # not frozen: built for every rule of every request (see Result)

@@ -19,7 +19,7 @@ from redis.exceptions import AskError, MovedError, NoScriptError, ResponseError
 from ..compiled import CompiledRule
 from ..conf import conf
 from ..state_keys import BLOCK_SUFFIX, client_tag
-from .base import Check, Result, state_key
+from .base import BlockReads, Check, Result, client_keys
 from .breaker import NodeBreakers
 from .connections import AsyncConnectionStack, ConnectionStack, acall, call, keeps
 from .errors import STORE_ERRORS
@@ -39,6 +39,7 @@ from .redis import (
     decision_kwargs,
     parse_reply,
     refund_input,
+    unpacked,
 )
 from .steps import Steps, adrive, drive
 
@@ -183,7 +184,7 @@ def _first_error(replies: Sequence[Any]) -> BaseException | None:
 def _to_give_back(plan: Plan, replies: Sequence[Any]) -> list[tuple[int, list[Check], int]]:
     """(group, checks, time) of every group that committed: decide.lua admitted it."""
     return [
-        (number, _to_refund(plan.checks, plan.groups[number], reply), reply[0])
+        (number, _to_refund(plan.checks, plan.groups[number], reply), int(reply[0]))
         for number, reply in enumerate(replies)
         if answered(reply) and reply[1] == 1
     ]
@@ -207,6 +208,7 @@ class _Cluster:
         self._stale = False
         self._suspect: str | None = None  # the node whose failure made the slot map stale
         self.clock = ServerClock()
+        self.blocks = BlockReads()  # the guarded store's own, once adopted
 
     def node_of_slot(self, slot: int) -> str | None:
         """The address of the slot's master, as the slot map last read says; None if unknown."""
@@ -355,7 +357,9 @@ class ClusterStore(_Cluster):
             replies[number] = self._decide_group(plan.slots[number], plan.group(number), dry_run)
             return replies
         slots = [plan.slots[n] for n in numbers]
-        inputs = [decide_input(plan.group(n), dry_run, self.clock) for n in numbers]
+        inputs = [
+            decide_input(plan.group(n), dry_run, self.clock, self.blocks.every) for n in numbers
+        ]
         for number, reply in zip(numbers, self._concurrently(slots, inputs), strict=True):
             if not isinstance(reply, BaseException) and self.clock.missed(reply):
                 reply = _still_missed(
@@ -367,8 +371,13 @@ class ClusterStore(_Cluster):
     def _attempt(self, slot: int, group: Sequence[Check], dry_run: bool) -> Any:
         """One decide.lua call for a group: its reply, or the exception it ended with."""
         try:
-            return self._run(
-                slot, DECIDE_SHA, DECIDE_SOURCE, decide_input(group, dry_run, self.clock)
+            return unpacked(
+                self._run(
+                    slot,
+                    DECIDE_SHA,
+                    DECIDE_SOURCE,
+                    decide_input(group, dry_run, self.clock, self.blocks.every),
+                )
             )
         except Exception as exc:
             return exc
@@ -439,11 +448,11 @@ class ClusterStore(_Cluster):
             return entry
         stack, conn = entry
         try:
-            reply = conn.read_response()
+            reply = unpacked(conn.read_response())
         except (NoScriptError, AskError) as exc:  # MOVED too: followed one by one
             stack.settle(conn, exc)
             try:
-                return self._run(slot, DECIDE_SHA, DECIDE_SOURCE, args)
+                return unpacked(self._run(slot, DECIDE_SHA, DECIDE_SOURCE, args))
             except Exception as again:
                 return again
         except ResponseError as exc:
@@ -458,8 +467,8 @@ class ClusterStore(_Cluster):
         return reply
 
     def reset(self, rule: CompiledRule, identity: str) -> None:
-        key = state_key(rule, identity)
-        self.client.delete(key, key + BLOCK_SUFFIX)  # one slot: the client's hash tag
+        # One slot: the client's hash tag.
+        self.client.delete(*client_keys(rule, identity, self.clock.now()))
 
     def refund(self, checks: Sequence[Check], at: int = 0) -> None:
         if self._stale:
@@ -472,6 +481,7 @@ class ClusterStore(_Cluster):
         """block.lua once per slot group (one client's keys: one slot)."""
         if self._stale:
             self._refresh()
+        self.blocks.every = True
         for slot, indices in group_by_slot(checks).items():
             group = [checks[i] for i in indices]
             self._run(slot, BLOCK_SHA, BLOCK_SOURCE, block_input(group, seconds))
@@ -592,18 +602,19 @@ class AsyncClusterStore(_Cluster):
         return refunded
 
     async def _decide_group(self, slot: int, group: Sequence[Check], dry_run: bool) -> Any:
-        reply = await self._run(
-            slot, DECIDE_SHA, DECIDE_SOURCE, decide_input(group, dry_run, self.clock)
-        )
+        reply = await self._decide_once(slot, group, dry_run)
         if self.clock.missed(reply):
-            reply = await self._run(
-                slot, DECIDE_SHA, DECIDE_SOURCE, decide_input(group, dry_run, self.clock)
-            )
+            reply = await self._decide_once(slot, group, dry_run)
         return _still_missed(reply)
 
+    async def _decide_once(
+        self, slot: int, group: Sequence[Check], dry_run: bool
+    ) -> tuple[float, ...]:
+        args = decide_input(group, dry_run, self.clock, self.blocks.every)
+        return unpacked(await self._run(slot, DECIDE_SHA, DECIDE_SOURCE, args))
+
     async def reset(self, rule: CompiledRule, identity: str) -> None:
-        key = state_key(rule, identity)
-        await self.client.delete(key, key + BLOCK_SUFFIX)
+        await self.client.delete(*client_keys(rule, identity, self.clock.now()))
 
     async def refund(self, checks: Sequence[Check], at: int = 0) -> None:
         if self._stale or not self._ready:

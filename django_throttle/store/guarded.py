@@ -18,8 +18,8 @@ from .. import metrics
 from ..compiled import CompiledRule
 from ..conf import conf
 from ..runtime import current
-from ..state_keys import client_tag
-from .base import Check, Result, Store, admitted
+from ..state_keys import client_tag, held_key
+from .base import BlockReads, Check, Result, Store, admitted
 from .breaker import CLOSED, Breaker, NodeBreakers
 from .cluster import AsyncClusterStore, ClusterStore, answered, slot_of_tag
 from .errors import STORE_ERRORS
@@ -34,7 +34,7 @@ from .fallback import (
     report,
 )
 from .memory import MemoryStore
-from .redis import AsyncRedisStore, RedisStore
+from .redis import HOLD_SOURCE, AsyncRedisStore, RedisStore
 from .shared_counts import CountsLink
 from .steps import Steps, adrive, drive
 
@@ -73,6 +73,7 @@ class GuardedStore:
         self.breaker = Breaker(interval)
         self.node_breakers = NodeBreakers(interval)  # a cluster's masters, by address
         self.local_fallback = MemoryStore()
+        self.blocks = BlockReads()  # every backend's: which block keys decisions read
         self._backend: Store | None = None
         self._lock = threading.Lock()
         self._async: weakref.WeakKeyDictionary[
@@ -108,6 +109,9 @@ class GuardedStore:
     def _adopt(self, store: Any) -> Any:
         if isinstance(store, (ClusterStore, AsyncClusterStore)):
             store.node_breakers = self.node_breakers
+        if hasattr(store, "blocks"):
+            self.blocks.every = self.blocks.every or store.blocks.every
+            store.blocks = self.blocks
         return store
 
     async def async_backend(self) -> AsyncStore:
@@ -398,7 +402,11 @@ class GuardedStore:
         if token is None:
             raise ConnectionError("the store is unavailable (circuit breaker open)")
         try:
-            self.backend().block(checks, seconds)
+            store = self.backend()
+            if conf.uses_redis:
+                # First: while it lives, every process's decisions read the block keys.
+                self._client().eval(HOLD_SOURCE, 1, held_key(), seconds * 1000)
+            store.block(checks, seconds)
         except TryAgainError:
             breaker.abandoned(token)  # a slot migrating: not an outage
             raise
@@ -419,11 +427,17 @@ class GuardedStore:
 
     # -- the rules version and the rejection log's hand-over ------------------------------
 
-    def read_tokens(self, key: str, other: str) -> tuple[Any, Any]:
+    def read_tokens(self, key: str, other: str, held: str | None = None) -> tuple[Any, Any]:
         """Two keys of one slot in one round trip; ConnectionError, without a call, while a
-        breaker says the store (on a cluster: their master) failed moments ago."""
+        breaker says the store (on a cluster: their master) failed moments ago. ``held``, a
+        third key of that slot read with them, tells whether blocks written by ``block()`` may
+        live (``held_key()``): decisions read every rule's block keys while it does."""
         self._refuse_while_open(key)
-        first, second = self._client().mget([key, other])
+        if held is None:
+            first, second = self._client().mget([key, other])
+        else:
+            first, second, live = self._client().mget([key, other, held])
+            self.blocks.every = live is not None
         return first, second
 
     def write_token(self, key: str, value: str, ttl: int, unless_open: bool = False) -> None:

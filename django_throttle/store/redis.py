@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import struct
 import time
 from collections.abc import Sequence
 from importlib import resources
@@ -23,7 +24,7 @@ from ..choices import ALGORITHMS_WITH_BURST
 from ..compiled import CompiledRule
 from ..conf import conf
 from ..state_keys import ALGORITHM_CODES, BLOCK_SUFFIX, CALENDAR_CODE, client_tag
-from .base import Check, Result, state_key
+from .base import BlockReads, Check, Result, client_keys, state_key
 from .connections import AsyncConnectionStack, ConnectionStack
 from .wire import array, bulk
 
@@ -52,6 +53,7 @@ class RedisStore:
         self._run = stack.run_script if stack is not None else self._run_on_client
         self._stack = stack
         self.clock = ServerClock()
+        self.blocks = BlockReads()  # the guarded store's own, once adopted
 
     @classmethod
     def from_cache(cls, alias: str) -> RedisStore:
@@ -80,19 +82,23 @@ class RedisStore:
             reply = self._decide(checks, dry_run)
         return parse_reply(checks, reply)
 
-    def _decide(self, checks: Sequence[Check], dry_run: bool) -> Any:
+    def _decide(self, checks: Sequence[Check], dry_run: bool) -> tuple[float, ...]:
+        return unpacked(self._send_decide(checks, dry_run))
+
+    def _send_decide(self, checks: Sequence[Check], dry_run: bool) -> Any:
         # EVALSHA straight away (redis-py's Script wrapper costs more per call than our
         # whole Python side); the script is loaded on NOSCRIPT, after SCRIPT FLUSH, a
         # restart or a failover, on the connection that reported it.
         if self._stack is not None:
-            return self._stack.run_packed(packed_decide(checks, dry_run, self.clock), DECIDE_SOURCE)
+            return self._stack.run_packed(
+                packed_decide(checks, dry_run, self.clock, self.blocks.every), DECIDE_SOURCE
+            )
         return self._run_on_client(
-            DECIDE_SHA, DECIDE_SOURCE, *decide_input(checks, dry_run, self.clock)
+            DECIDE_SHA, DECIDE_SOURCE, *decide_input(checks, dry_run, self.clock, self.blocks.every)
         )
 
     def reset(self, rule: CompiledRule, identity: str) -> None:
-        key = state_key(rule, identity)
-        self.client.delete(key, key + BLOCK_SUFFIX)
+        self.client.delete(*client_keys(rule, identity, self.clock.now()))
 
     def refund(self, checks: Sequence[Check], at: int = 0) -> None:
         if checks:
@@ -100,6 +106,7 @@ class RedisStore:
 
     def block(self, checks: Sequence[Check], seconds: int) -> None:
         if checks:
+            self.blocks.every = True  # before: a decision after it reads the block
             self._run(BLOCK_SHA, BLOCK_SOURCE, *block_input(checks, seconds))
 
 
@@ -112,6 +119,7 @@ class AsyncRedisStore:
         stackable = type(pool) in ASYNC_STACKABLE_POOLS
         self._stack = AsyncConnectionStack(pool, one_deadline=True) if stackable else None
         self.clock = ServerClock()
+        self.blocks = BlockReads()
 
     @classmethod
     def from_cache(cls, alias: str) -> AsyncRedisStore:
@@ -133,12 +141,19 @@ class AsyncRedisStore:
             reply = await self._decide(checks, dry_run)
         return parse_reply(checks, reply)
 
-    async def _decide(self, checks: Sequence[Check], dry_run: bool) -> Any:
+    async def _decide(self, checks: Sequence[Check], dry_run: bool) -> tuple[float, ...]:
+        every = self.blocks.every
         if self._stack is not None:
-            return await self._stack.run_packed(
-                packed_decide(checks, dry_run, self.clock), DECIDE_SOURCE
+            return unpacked(
+                await self._stack.run_packed(
+                    packed_decide(checks, dry_run, self.clock, every), DECIDE_SOURCE
+                )
             )
-        return await self._run(DECIDE_SHA, DECIDE_SOURCE, decide_input(checks, dry_run, self.clock))
+        return unpacked(
+            await self._run(
+                DECIDE_SHA, DECIDE_SOURCE, decide_input(checks, dry_run, self.clock, every)
+            )
+        )
 
     async def refund(self, checks: Sequence[Check], at: int = 0) -> None:
         if checks:
@@ -154,8 +169,7 @@ class AsyncRedisStore:
             return await self.client.evalsha(sha, *args)
 
     async def reset(self, rule: CompiledRule, identity: str) -> None:
-        key = state_key(rule, identity)
-        await self.client.delete(key, key + BLOCK_SUFFIX)
+        await self.client.delete(*client_keys(rule, identity, self.clock.now()))
 
 
 def decision_kwargs() -> dict[str, Any]:
@@ -168,6 +182,7 @@ def decision_kwargs() -> dict[str, Any]:
         "socket_timeout": conf.TIMEOUT,
         "socket_connect_timeout": conf.CONNECT_TIMEOUT,
         "retry": Retry(NoBackoff(), 0),
+        "decode_responses": False,  # decide.lua's reply is binary
     }
 
 
@@ -272,7 +287,7 @@ class ServerClock:
     def now(self) -> float:
         return time.time() + self.offset
 
-    def missed(self, reply: Sequence[int]) -> bool:
+    def missed(self, reply: Sequence[float]) -> bool:
         """Whether decide.lua found its time outside a calendar check's windows and decided
         nothing; if so, the estimate is corrected for the call to be sent again."""
         if reply[1] != CLOCK_MISS:
@@ -291,14 +306,21 @@ class CalendarMissError(RedisError):
         )
 
 
-class RuleArgs(NamedTuple):
-    """A rule's part of decide.lua's arguments (its header): those before a check's cost and
-    after it (a calendar window's four starts follow, computed per call); the same framed in
-    the Redis protocol; and how many there are in all."""
+# decide.lua's number for each algorithm (a check's spec: period * 64 + flags, see its header).
+SCRIPT_ALGORITHMS = {"f": 1, CALENDAR_CODE: 2, "c": 3, "l": 4, "t": 5, "b": 6, "n": 7}
+_BLOCK_SECONDS_FOLLOW, _COST_FOLLOWS, _BLOCK_KEY_FOLLOWS = 8, 16, 32
 
-    head: tuple[str | int, ...]
+
+class RuleArgs(NamedTuple):
+    """A rule's part of decide.lua's arguments: its spec and limit, for each of the four ways a
+    check sends them (``heads[cost_follows + 2 * block_key_follows]``), then what follows a
+    check's cost (its block duration if it has one, a bucket's burst; a calendar window's four
+    starts follow those, computed per call); the same framed in the Redis protocol; and how
+    many arguments the rule sends besides a cost."""
+
+    heads: tuple[tuple[int, int], ...]
     tail: tuple[int, ...]
-    wire_head: bytes
+    wire_heads: tuple[bytes, ...]
     wire_tail: bytes
     n_args: int
 
@@ -310,44 +332,60 @@ def rule_args(rule: CompiledRule) -> RuleArgs:
     if found is not None:
         return found
     code = ALGORITHM_CODES[rule.algorithm] if rule.calendar is None else CALENDAR_CODE
-    # A shadow rule's limit goes negative.
-    head = (code, rule.limit if rule.enforcing else -rule.limit, rule.period)
-    tail: tuple[int, ...] = (rule.block,)
+    spec = rule.period * 64 + SCRIPT_ALGORITHMS[code]
+    tail: tuple[int, ...] = ()
+    if rule.block:
+        spec += _BLOCK_SECONDS_FOLLOW
+        tail += (rule.block,)
     if rule.algorithm in ALGORITHMS_WITH_BURST:
         tail += (rule.burst,)
-    n_args = len(head) + 1 + len(tail) + (0 if rule.calendar is None else 4)
-    made = RuleArgs(head, tail, bulk(*head), bulk(*tail), n_args)
+    limit = rule.limit if rule.enforcing else -rule.limit  # a shadow rule's goes negative
+    heads = tuple(
+        (spec + (_COST_FOLLOWS if n % 2 else 0) + (_BLOCK_KEY_FOLLOWS if n >= 2 else 0), limit)
+        for n in range(4)
+    )
+    n_args = 2 + len(tail) + (0 if rule.calendar is None else 4)
+    made = RuleArgs(heads, tail, tuple(bulk(*h) for h in heads), bulk(*tail), n_args)
     object.__setattr__(rule, "store_args", made)  # a cache: the rule is frozen otherwise
     return made
 
 
-def decide_input(checks: Sequence[Check], dry_run: bool, clock: ServerClock) -> list[Any]:
+def decide_input(
+    checks: Sequence[Check], dry_run: bool, clock: ServerClock, every_block: bool = True
+) -> list[Any]:
     """The number of keys, KEYS and ARGV of decide.lua, as EVALSHA takes them."""
-    keys, args = script_input(checks, dry_run, clock)
+    keys, args = script_input(checks, dry_run, clock, every_block)
     return [len(keys), *keys, *args]
 
 
 def script_input(
-    checks: Sequence[Check], dry_run: bool, clock: ServerClock
+    checks: Sequence[Check], dry_run: bool, clock: ServerClock, every_block: bool = True
 ) -> tuple[list[str], list[Any]]:
-    """KEYS and ARGV of decide.lua (see its header)."""
+    """KEYS and ARGV of decide.lua (see its header). A check's block key is sent if its rule
+    starts blocks or ``every_block`` (BlockReads); its cost only if it is not 1."""
     keys = []
     args: list[Any] = ["dry"] if dry_run else []
     for check in checks:
         rule = check.rule
         key = rule.state_prefix + client_tag(check.identity)
         keys.append(key)
-        keys.append(key + BLOCK_SUFFIX)  # any rule's client may be blocked (block.lua)
+        reads_block = every_block or rule.block > 0
+        if reads_block:
+            keys.append(key + BLOCK_SUFFIX)
         own = rule.store_args or rule_args(rule)
-        args += own.head
-        args.append(check.cost)
+        cost = check.cost
+        args += own.heads[(cost != 1) + 2 * reads_block]
+        if cost != 1:
+            args.append(cost)
         args += own.tail
         if rule.calendar is not None:
             args += rule.calendar.starts(clock.now())
     return keys, args
 
 
-def packed_decide(checks: Sequence[Check], dry_run: bool, clock: ServerClock) -> bytes:
+def packed_decide(
+    checks: Sequence[Check], dry_run: bool, clock: ServerClock, every_block: bool = True
+) -> bytes:
     """decide_input()'s EVALSHA as the bytes sent on the wire: each rule's arguments are
     framed once (rule_args), so a request joins a few byte strings instead of encoding and
     framing every argument."""
@@ -358,10 +396,18 @@ def packed_decide(checks: Sequence[Check], dry_run: bool, clock: ServerClock) ->
         rule = check.rule
         key = (rule.state_prefix + client_tag(check.identity)).encode("utf-8", "surrogatepass")
         keys.append(b"$%d\r\n%s\r\n" % (len(key), key))
-        keys.append(b"$%d\r\n%s%s\r\n" % (len(key) + _BLOCK_LEN, key, _BLOCK_SUFFIX))
         own = rule.store_args or rule_args(rule)
-        args.append(own.wire_head)
-        args.append(_COST_ONE if check.cost == 1 else bulk(check.cost))
+        way = 0
+        if every_block or rule.block:
+            keys.append(b"$%d\r\n%s%s\r\n" % (len(key) + _BLOCK_LEN, key, _BLOCK_SUFFIX))
+            way = 2
+        cost = check.cost
+        if cost == 1:
+            args.append(own.wire_heads[way])
+        else:
+            args.append(own.wire_heads[way + 1])
+            args.append(bulk(cost))
+            n_args += 1
         args.append(own.wire_tail)
         if rule.calendar is not None:
             args.append(bulk(*rule.calendar.starts(clock.now())))
@@ -374,10 +420,19 @@ def _bulk_int(value: int) -> bytes:
     return _SMALL[value] if value < len(_SMALL) else bulk(value)
 
 
-def parse_reply(checks: Sequence[Check], reply: Sequence[int]) -> list[Result]:
+def unpacked(reply: bytes) -> tuple[float, ...]:
+    """decide.lua's reply, little-endian doubles (struct.pack: for Redis, a table reply costs
+    more than a check's own commands), as the numbers they are."""
+    unpack = _UNPACK.get(len(reply))
+    if unpack is None:
+        unpack = _UNPACK[len(reply)] = struct.Struct(f"<{len(reply) // 8}d").unpack
+    return unpack(reply)
+
+
+def parse_reply(checks: Sequence[Check], reply: Sequence[float]) -> list[Result]:
     if reply[1] == CLOCK_MISS:
         raise CalendarMissError()
-    at = reply[0]
+    at = int(reply[0])
     now = at / US
     results = []
     i = 2
@@ -392,7 +447,7 @@ def parse_reply(checks: Sequence[Check], reply: Sequence[int]) -> list[Result]:
                 check.identity,
                 state == 1,  # allowed
                 rule.limit,
-                reply[i + 1],  # remaining
+                int(reply[i + 1]),  # remaining
                 now + reply[i + 2] / US,  # reset_at
                 0.0 if state == 1 else wait,  # retry_after
                 wait if state == 1 else 0.0,  # delay
@@ -434,11 +489,14 @@ def refund_input(checks: Sequence[Check], at_us: int) -> list[Any]:
 DECIDE_SOURCE = load_lua("decide.lua")
 DECIDE_SHA = sha1(DECIDE_SOURCE)
 _EVALSHA_DECIDE = bulk("EVALSHA", DECIDE_SHA)
-_DRY, _COST_ONE = bulk("dry"), bulk(1)
+_DRY = bulk("dry")
 _BLOCK_SUFFIX = BLOCK_SUFFIX.encode("ascii")
 _BLOCK_LEN = len(_BLOCK_SUFFIX)
 _SMALL = tuple(bulk(i) for i in range(32))
+# Reply lengths in bytes: the calendar miss (two numbers) and 1 to 16 checks; others on demand.
+_UNPACK = {8 * n: struct.Struct(f"<{n}d").unpack for n in (2, *(2 + 4 * k for k in range(1, 17)))}
 REFUND_SOURCE = load_lua("refund.lua")
 REFUND_SHA = sha1(REFUND_SOURCE)
 BLOCK_SOURCE = load_lua("block.lua")
 BLOCK_SHA = sha1(BLOCK_SOURCE)
+HOLD_SOURCE = load_lua("hold.lua")

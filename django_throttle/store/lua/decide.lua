@@ -2,68 +2,76 @@
 --
 -- First every check is evaluated; then, only if every enforcing check admits
 -- the request (and this is not a dry run), every check that admitted it is
--- committed. A rejected request consumes nothing from any rule. Each key is
--- written with its TTL in the same command (SET ... PX, PEXPIRE right after
--- ZADD), so no key ever lives without expiry. Time is the server's (TIME).
+-- committed. A rejected request consumes nothing from any rule: a window, counted
+-- (INCRBY) as its check is evaluated, is given back (DECRBY) before the script ends.
+-- Each key gets its TTL in the script that writes it (SET ... PX, PEXPIRE right after
+-- the INCRBY that made it or after ZADD), so no key lives without expiry. Time is the
+-- server's (TIME).
 --
--- KEYS     for each check in order, its state key, then its block key (every key of one
---          client shares its {hash tag}: one cluster slot); the state key twice when the
---          block cannot be read (its slot migrating: the block neither read nor started)
+-- KEYS     for each check in order, its state key, then its block key when its spec says
+--          one follows (every key of one client shares its {hash tag}: one cluster slot);
+--          the state key again in its place when the block cannot be read (its slot
+--          migrating: the block neither read nor started)
 -- ARGV     "dry" first for a dry run (evaluate, write nothing); then for each check:
---            code     algorithm: f fixed window, k calendar window (a fixed window of
---                     weeks or months), c sliding window counter, l sliding window log,
---                     t token bucket, b leaky bucket, n concurrency (the log's state: one
---                     entry per request in flight, a lease of one period, removed by
---                     refund.lua when the request is finished)
+--            spec     period (seconds) * 64 + flags: the algorithm (1 fixed window, 2
+--                     calendar window: a fixed window of weeks or months, 3 sliding window
+--                     counter, 4 sliding window log, 5 token bucket, 6 leaky bucket, 7
+--                     concurrency: the log's state, one entry per request in flight, a
+--                     lease of one period removed by refund.lua when the request is
+--                     finished) + 8 if block follows + 16 if cost follows + 32 if a block
+--                     key follows the state key
 --            limit    negative for a shadow rule (its rejection never rejects the request)
---            period   seconds
---            cost
---            block    seconds a rejection blocks the client for ('0': the rule never
---                     starts a block; one written by block.lua still rejects)
---            burst    t and b only: the bucket size
---            s1 s2 s3 s4   k only: the starts of four consecutive windows, epoch seconds
--- Returns  {now_us, admitted, then for each check: state (1 allowed, 0 rejected,
---          2 rejected and blocked), remaining, reset_after_us, wait_us (allowed: the delay
---          before it may proceed, leaky bucket only; rejected: retry_after)};
---          {now_us, -1} with nothing written when the server's time is in none of a
---          calendar check's windows (the caller's clock is off: it asks again with
+--            cost     if the spec says so; 1 otherwise
+--            block    if the spec says so: seconds a rejection blocks the client for
+--            burst    token and leaky bucket only: the bucket size
+--            s1 s2 s3 s4   calendar windows only: the starts of four consecutive windows,
+--                     epoch seconds
+-- Returns  little-endian doubles (struct.pack: for Redis a table reply costs more than a
+--          check's own commands): now_us, admitted, then for each check: state (1 allowed,
+--          0 rejected, 2 rejected and blocked), remaining, reset_after_us, wait_us
+--          (allowed: the delay before it may proceed, leaky bucket only; rejected:
+--          retry_after); now_us, -1 with nothing written when the server's time is in none
+--          of a calendar check's windows (the caller's clock is off: it asks again with
 --          windows around now_us)
 --
 -- A block is a key of its own with a TTL: while it lives the check rejects without
 -- looking at its algorithm, whatever the rule; a check of a rule with a block duration
 -- that rejects starts one (even when the request is rejected, and so commits nothing
--- else), and block.lua writes one for any rule (block_key(), the dashboard's Block).
--- Every write waits until all checks are evaluated.
+-- else), and block.lua writes one for any rule (block_key(), the dashboard's Block). The
+-- caller sends a check's block key when its rule has a block duration, or while a block
+-- of block.lua may live (the store's BlockReads).
 --
--- State, one key per rule and client, with a TTL:
---   fixed and calendar windows  "window:count", the window being its number since the
---          epoch or, for a calendar window, its start in epoch seconds
---   sliding window counter  this window's count, the previous one's and the window in
---          one integer of 16 digits, what Redis keeps in the fewest bytes (exact in a
---          double): d * 10^15 + (current * 10^d + previous) * m + window % m, where d
---          (1 to 5) is the number of digits of the larger count and m = 10^(15 - 2d).
---          The key ends with the next window, so a value found is this window's or the
---          previous one's (or, after the server's clock stepped back, another's): the
---          window modulo m, m at least 10^5, tells which. With a count of 6 digits or
---          more, "window:current:previous", the form every counter had before (read
---          in either form: nothing is lost on upgrade)
+-- State, with a TTL:
+--   fixed and calendar windows  an integer key per window, "<state key>:<window>", the
+--          window being its number since the epoch or, for a calendar window, its start
+--          in epoch seconds; it lives until the window ends
+--   sliding window counter  the same, living until the next window ends: the previous
+--          window's count is read from its key
 --   buckets  one integer, the theoretical arrival time (GCRA) in microseconds
 --   log and concurrency  a sorted set of one entry per admitted request, scored by
 --          its time (see below)
+-- Before windows had keys of their own, their state was the state key itself: the fixed
+-- window "window:count", the counter "window:current:previous" or one integer packing
+-- both counts and the window (d * 10^15 + (current * 10^d + previous) * m + window % m,
+-- m = 10^(15 - 2d), d the digits of the larger count). A window's first decision reads it
+-- and moves what it holds of this window and the previous one to their keys (nothing is
+-- lost on upgrade); refund.lua reads it too.
 --
 -- Windows are aligned to multiples of the period since the epoch (calendar
 -- windows: to the starts the caller computed in its time zone).
 --
 -- Every call runs this whole body, so the hot path is written for Redis's Lua VM,
--- where each table, C function call and number formatted costs as much as a
--- dozen VM instructions: no table but the reply (and, with several checks, one of
--- pending writes); a string known to hold a number read by arithmetic (x + 0) rather
--- than tonumber; floor and ceil by x % 1 rather than math.floor and math.ceil; and a
--- number Redis can take as it is is given as a number (below 10^8 it reaches Redis
--- as the same digits on every version; from 10^8 on it is formatted here, as Redis
--- 7.2+ would send 1e+08, which PX refuses).
+-- where each key or argument, table, C function call and number formatted costs as much
+-- as a dozen VM instructions (bench/script.py --instructions counts them): as few
+-- arguments as a check needs (the spec's flags); no table but, with several checks, the
+-- reply and one of pending writes; a string known to hold a number read by arithmetic
+-- (x + 0) rather than tonumber; floor and ceil by x % 1 rather than math.floor and
+-- math.ceil; a cost given to Redis as the string it came as; and a window's number
+-- formatted by %d, not tostring's %.14g. A number Redis can take as it is is given as a
+-- number (below 10^8 it reaches Redis as the same digits on every version; from 10^8 on
+-- it is formatted here, as Redis 7.2+ would send 1e+08, which PX refuses).
 
-local call = redis.call
+local call, pack = redis.call, struct.pack
 local t = call('TIME')
 local now_s = t[1] + 0
 local now = now_s * 1000000 + t[2]
@@ -72,29 +80,53 @@ local dry = argv[1] == 'dry'
 local a = dry and 2 or 1
 local admitted = true
 local i, k = 0, 0  -- the check, its state key
-local code = argv[a]
+-- The algorithms, as a check's spec names them.
+local F, K, C, L, T, B, N = 1, 2, 3, 4, 5, 6, 7
+local spec = argv[a]
 -- The current check; after the loop, the only one when there is one: its reply is
 -- built from these and its write made from them, with no table in between.
-local key, ok, rem_now, rem_after, reset_after, wait, blocked
+local code, key, ok, rem_now, rem_after, reset_after, wait, blocked
+-- A window's check that admitted: 'i' counted already (INCRBY), 'd' counted by an earlier
+-- check of the same key; nothing to write.
+local counted
 local value, px, period, cost, floor_s, trim, stamp
 -- The sliding log's reads: at most STEP entries each, BATCHES reads of dead entries a call.
 local STEP, BATCHES = 100, 5
 local reply, pend, blocks  -- several checks only; blocks: only when one starts
 
-while code do
+while spec do
   i, k = i + 1, k + 1
   key = keys[k]
+  spec = spec + 0
+  local flags = spec % 64
+  local period_s = (spec - flags) / 64
+  code = flags % 8
   local limit = argv[a + 1] + 0
   local enforce = limit > 0
   if not enforce then limit = -limit end
-  local period_s = argv[a + 2] + 0
-  cost = argv[a + 3] + 0
-  local block = argv[a + 4]
-  local x = a + 5  -- the check's next argument
-  k = k + 1
-  local bkey = keys[k]
-  ok, wait, blocked = false, 0, false
-  -- The state key again: no block key (a slot migrating, see cluster.py's _redirected).
+  a = a + 2
+  -- The cost as sent: a number given to Redis would be formatted first.
+  local cost_s = '1'
+  cost = 1
+  if flags % 32 >= 16 then
+    cost_s = argv[a]
+    cost = cost_s + 0
+    a = a + 1
+  end
+  local block = 0
+  if flags % 16 >= 8 then
+    block = argv[a]
+    a = a + 1
+  end
+  local x = a  -- the check's next argument
+  local bkey = key
+  if flags >= 32 then
+    k = k + 1
+    bkey = keys[k]
+  end
+  ok, wait, blocked, counted = false, 0, false, nil
+  -- No block key, or the state key again in its place (a slot migrating, see cluster.py's
+  -- _redirected): no block to read.
   local left = bkey ~= key and call('PTTL', bkey) or 0
   if left > 0 then
     blocked, rem_now, reset_after, wait = true, 0, left * 1000, left * 1000
@@ -102,15 +134,171 @@ while code do
 
   if blocked then
     -- Rejected until the block ends, whatever the algorithm's state.
-    if code == 't' or code == 'b' then
+    if code == T or code == B then
       a = x + 1
-    elseif code == 'k' then
+    elseif code == K then
       a = x + 4
     else
       a = x
     end
 
-  elseif code == 't' or code == 'b' then
+  elseif code == F or code == K or code == C then
+    -- Windows: an integer key per window, "<state key>:<window>", counted by INCRBY as the
+    -- check is evaluated (what the count was is what it returns, less the cost) and given
+    -- back by DECRBY if the request is rejected, by this check or another. Windows are
+    -- computed in whole seconds: now / period in microseconds can round up across a
+    -- boundary in double precision.
+    local w, starts, ends
+    if code == K then
+      a = x + 4
+      local s1, s2, s3, s4 = argv[x] + 0, argv[x + 1] + 0, argv[x + 2] + 0, argv[x + 3] + 0
+      if now_s < s1 or now_s >= s4 then
+        -- Nothing decided: the counts taken so far are given back.
+        if pend then
+          for p = 1, 8 * i - 8, 8 do
+            if pend[p] == 'i' then call('DECRBY', pend[p + 1], pend[p + 6]) end
+          end
+        end
+        return pack('<dd', now, -1)
+      end
+      if now_s < s2 then
+        starts, ends = s1, s2
+      elseif now_s < s3 then
+        starts, ends = s2, s3
+      else
+        starts, ends = s3, s4
+      end
+      w = starts
+    else
+      a = x
+      w = (now_s - now_s % period_s) / period_s
+      starts = w * period_s
+      ends = starts + period_s
+    end
+    local base = key
+    key = base .. ':' .. string.format('%d', w)
+    local prev, pkey = 0, nil
+    if code == C then
+      pkey = base .. ':' .. (w - 1)
+      prev = call('GET', pkey)
+      if prev then prev = prev + 0 end
+    end
+    local n, dup
+    if pend then
+      -- The same window counted by an earlier check of this call (a rule passed twice):
+      -- counted once, decided alike.
+      for p = 1, 8 * i - 8, 8 do
+        if pend[p + 1] == key and pend[p] == 'i' then dup = true end
+      end
+    end
+    if dry or dup then
+      n = call('GET', key)
+      if n then n = n + (dup and 0 or cost) end
+    else
+      n = call('INCRBY', key, cost_s)
+    end
+    if n == cost or not n then
+      -- A new window (or one emptied): the state key of before windows had keys of their
+      -- own ("window:count"; the counter: either of its forms below) is read, and its
+      -- counts of this window and the previous one moved here, once; then the key's TTL.
+      n = n or cost
+      local v = call('GET', base)
+      if v then
+        local sw, sc, sp
+        local num = tonumber(v)
+        if code ~= C then
+          sw, sc = string.match(v, '^(%d+):(%d+)$')
+        elseif num then
+          -- The counter's integer form: d * 10^15 + (current * 10^d + previous) * m + window
+          -- % m, m = 10^(15 - 2d): its window known modulo m (at least 10^5).
+          local d = (num - num % 1e15) / 1e15
+          local b, m = 10 ^ d, 10 ^ (15 - 2 * d)
+          local tag = num % m
+          local pair = (num - d * 1e15 - tag) / m
+          sp = pair % b
+          sc = (pair - sp) / b
+          if tag == w % m then sw = w elseif tag == (w - 1) % m then sw = w - 1 end
+        else
+          sw, sc, sp = string.match(v, '^(%d+):(%d+):(%d+)$')
+        end
+        sw, sc = sw and sw + 0, sc and sc + 0 or 0
+        local old_prev
+        if sw == w then
+          if sc > 0 then
+            if dry then n = n + sc else n = call('INCRBY', key, sc) end
+          end
+          if sp then old_prev = sp + 0 end
+        elseif sw == w - 1 and code == C then
+          old_prev = sc
+        end
+        if old_prev and old_prev > 0 and not prev then
+          prev = old_prev
+          if not dry then
+            local left_ms = (w + 1) * period_s * 1000 - (now - now % 1000) / 1000
+            call('SET', pkey, old_prev, 'PX', left_ms >= 1e8 and string.format('%d', left_ms) or left_ms)
+          end
+        end
+        if not dry then call('DEL', base) end
+      end
+      if not dry then
+        local ttl_ms = (code == C and (w + 2) * period_s or ends) * 1000
+          - (now - now % 1000) / 1000
+        if ttl_ms >= 1e8 then ttl_ms = string.format('%d', ttl_ms) end
+        call('PEXPIRE', key, ttl_ms)
+      end
+    end
+    prev = prev or 0
+    local count = n - cost
+    if code ~= C then
+      reset_after = ends * 1000000 - now
+      rem_now = limit - count
+      if rem_now < 0 then rem_now = 0 end
+      if n <= limit then
+        ok, rem_after = true, limit - n
+      elseif cost > limit then
+        wait = (ends - starts) * 1000000
+      else
+        wait = reset_after
+      end
+    else
+      -- Sliding window counter: this window's count and the previous one's weighted by
+      -- how much of it is still inside the trailing period.
+      period = period_s * 1000000
+      local elapsed = now - w * period
+      local left = period - elapsed
+      local weighted = prev * left / period
+      local ttl = (w + 2) * period - now
+      reset_after = ttl
+      local r = limit - count - weighted
+      if r < 0 then r = 0 else r = r + 1e-9 r = r - r % 1 end
+      rem_now = r
+      if prev * left + n * period <= limit * period then
+        ok = true
+        r = limit - n - weighted
+        if r < 0 then r = 0 else r = r + 1e-9 r = r - r % 1 end
+        rem_after = r
+      else
+        if count == 0 then reset_after = left end
+        if cost > limit then
+          wait = ttl
+        elseif n <= limit then
+          -- Wait until the previous window's weight has shrunk enough.
+          wait = math.ceil(period - (limit - n) * period / prev) - elapsed
+        else
+          -- Wait into the next window, where this window's count becomes the weighted one.
+          wait = left + math.max(0, math.ceil(period - (limit - cost) * period / count))
+        end
+      end
+    end
+    if not dry then
+      if ok then
+        counted = dup and 'd' or 'i'
+      elseif not dup then
+        call('DECRBY', key, cost)
+      end
+    end
+
+  elseif code == T or code == B then
     -- Token bucket ('t') and leaky bucket ('b'): one number, the theoretical arrival
     -- time. Durations are counted in units of 1/limit microsecond, in which one
     -- request's interval (period / limit) is the whole number period: the arithmetic
@@ -141,7 +329,7 @@ while code do
       value = string.format('%d', now + whole)
       reset_after = whole
       if f > 0 then reset_after = whole + 1 end
-      if code == 'b' then
+      if code == B then
         wait = backlog / limit
         f = wait % 1
         if f > 0 then wait = wait - f + 1 end
@@ -163,118 +351,7 @@ while code do
       end
     end
 
-  elseif code == 'f' or code == 'k' then
-    -- Windows are computed in whole seconds: now / period in microseconds can round
-    -- up across a boundary in double precision.
-    local w, starts, ends
-    if code == 'f' then
-      a = x
-      w = (now_s - now_s % period_s) / period_s
-      starts = w * period_s
-      ends = starts + period_s
-    else
-      a = x + 4
-      local s1, s2, s3, s4 = argv[x] + 0, argv[x + 1] + 0, argv[x + 2] + 0, argv[x + 3] + 0
-      if now_s < s1 or now_s >= s4 then return {now, -1} end
-      if now_s < s2 then
-        starts, ends = s1, s2
-      elseif now_s < s3 then
-        starts, ends = s2, s3
-      else
-        starts, ends = s3, s4
-      end
-      w = starts
-    end
-    local count = 0
-    local v = call('GET', key)
-    if v then
-      local sw, sc = string.match(v, '^(%d+):(%d+)$')
-      if sw and sw + 0 == w then count = sc + 0 end
-    end
-    reset_after = ends * 1000000 - now
-    rem_now = limit - count
-    if rem_now < 0 then rem_now = 0 end
-    if count + cost <= limit then
-      ok, rem_after = true, limit - count - cost
-      value = string.format('%d:%d', w, count + cost)
-      px = ends * 1000 - (now - now % 1000) / 1000
-    elseif cost > limit then
-      wait = (ends - starts) * 1000000
-    else
-      wait = reset_after
-    end
-
-  elseif code == 'c' then
-    a = x
-    local w = (now_s - now_s % period_s) / period_s
-    period = period_s * 1000000
-    local cur, prev = 0, 0
-    local v = call('GET', key)
-    if v then
-      local n = tonumber(v)
-      if n then
-        local d = (n - n % 1e15) / 1e15
-        local b, m = 10 ^ d, 10 ^ (15 - 2 * d)
-        local tag = n % m
-        local pair = (n - d * 1e15 - tag) / m
-        if tag == w % m then
-          prev = pair % b
-          cur = (pair - prev) / b
-        elseif tag == (w - 1) % m then
-          prev = (pair - pair % b) / b
-        end
-      else
-        local sw, sc, sp = string.match(v, '^(%d+):(%d+):(%d+)$')
-        if sw then
-          sw = sw + 0
-          if sw == w then
-            cur, prev = sc + 0, sp + 0
-          elseif sw == w - 1 then
-            prev = sc + 0
-          end
-        end
-      end
-    end
-    local elapsed = now - w * period
-    local left = period - elapsed
-    local weighted = prev * left / period
-    local ttl = (w + 2) * period - now
-    reset_after = ttl
-    local r = limit - cur - weighted
-    if r < 0 then r = 0 else r = r + 1e-9 r = r - r % 1 end
-    rem_now = r
-    if prev * left + (cur + cost) * period <= limit * period then
-      ok = true
-      r = limit - cur - cost - weighted
-      if r < 0 then r = 0 else r = r + 1e-9 r = r - r % 1 end
-      rem_after = r
-      cur = cur + cost
-      local most = cur > prev and cur or prev
-      if most < 100000 then
-        local d, b = 1, 10
-        while most >= b do d, b = d + 1, b * 10 end
-        local m = 1e15 / (b * b)
-        value = string.format('%d', d * 1e15 + (cur * b + prev) * m + w % m)
-      else
-        value = string.format('%d:%d:%d', w, cur, prev)
-      end
-      px = ttl / 1000
-      local f = px % 1
-      if f > 0 then px = px - f + 1 end
-    else
-      if cur == 0 then reset_after = left end
-      if cost > limit then
-        wait = ttl
-      elseif cur + cost <= limit then
-        -- Wait until the previous window's weight has shrunk enough.
-        wait = math.ceil(period - (limit - cur - cost) * period / prev) - elapsed
-      else
-        -- Wait into the next window, where this window's count becomes the weighted one.
-        wait = left + math.max(0, math.ceil(period - (limit - cost) * period / cur))
-      end
-    end
-
-  elseif code == 'l' or code == 'n' then
+  elseif code == L or code == N then
     -- Sliding window log: a sorted set of the admitted requests, scored by time. A
     -- request of cost 1 is a member ("<microsecond><3-digit sequence>"); one of cost c
     -- is one member too, suffixed "x<c>", whose c - 1 extra units are kept in the
@@ -295,7 +372,7 @@ while code do
     -- dead entries are the members up to floor, the live ones those after it.
     local t, extra, dead = 0, 0, 0  -- t: 1 if "#" is there (rank 0)
     local n = call('ZCOUNT', key, '-inf', floor_s)
-    local live = call('ZCOUNT', key, '(' .. floor_s, '+inf')
+    local live = call('ZCARD', key) - n
     if n > 0 then
       local units = call('ZSCORE', key, '#')
       if units then t, extra = 1, -units end
@@ -350,14 +427,22 @@ while code do
     if count + cost <= limit then
       ok, rem_after, reset_after = true, limit - count - cost, period
       -- Logged at now, so it leaves the trailing interval exactly when the request
-      -- does. Members stay distinct with a sequence number after the entries already
-      -- logged at this microsecond (counted here, not at commit, so the same key twice
-      -- in one call is logged once, as other algorithms write once).
+      -- does. The key lives until its newest entry leaves the period: if the server's
+      -- clock stepped back, an entry may be newer than now. From Redis 7.0 a key that
+      -- exists has its TTL only lengthened (PEXPIRE GT: px < 0 below), which keeps it;
+      -- before, the newest entry is read when entries at or after now exist. Members
+      -- stay distinct: one logged at a microsecond already logged gets a sequence number
+      -- (see the commit). The same key twice in one call is logged once, as other
+      -- algorithms write once.
       if not stamp then stamp = string.format('%d', now) end
       local seq, e = 0, period
-      if live > 0 and call('ZCOUNT', key, stamp, '+inf') > 0 then
-        -- The server's clock stepped back: entries at or after now. The key lives until
-        -- its newest entry leaves the period.
+      if pend then
+        for p = 1, 8 * i - 8, 8 do
+          if pend[p + 1] == key and (pend[p] == L or pend[p] == N) then counted = 'd' end
+        end
+      end
+      local gt = live + n > 0 and (redis.REDIS_VERSION_NUM or 0) >= 0x070000
+      if not gt and live > 0 and call('ZCOUNT', key, stamp, '+inf') > 0 then
         seq = call('ZCOUNT', key, stamp, stamp)
         e = call('ZRANGE', key, -1, -1, 'WITHSCORES')[2] - now + period
       end
@@ -373,6 +458,7 @@ while code do
       if cost > 1 then value = value .. 'x' .. cost end
       px = (e - e % 1000) / 1000
       if px * 1000 < e then px = px + 1 end
+      if gt then px = -px end
       -- Dead entries left are trimmed at commit when none of them can be costly.
       trim = tally == 0 and dead or 0
     else
@@ -414,12 +500,12 @@ while code do
         end
       end
       -- A lease usually ends long before it expires: ask again soon.
-      if code == 'n' and wait > 1000000 then wait = 1000000 end
+      if code == N and wait > 1000000 then wait = 1000000 end
     end
   end
 
   if not ok then
-    if block ~= '0' and bkey ~= key and not blocked and not dry then
+    if block ~= 0 and bkey ~= key and not blocked and not dry then
       if not blocks then blocks = {} end
       blocks[#blocks + 1] = bkey
       blocks[#blocks + 1] = block .. '000'
@@ -449,26 +535,29 @@ while code do
   reply[r + 4] = wait
   if ok then
     local p = 8 * i - 8
-    pend[p + 1], pend[p + 2], pend[p + 3], pend[p + 4] = code, key, value, px
+    pend[p + 1], pend[p + 2], pend[p + 3], pend[p + 4] = counted or code, key, value, px
     -- A log's slot of the period holds its trim: its write needs no period.
-    if code == 'l' or code == 'n' then period = trim end
+    if code == L or code == N then period = trim end
     pend[p + 5], pend[p + 6], pend[p + 7], pend[p + 8] = rem_after, period, cost, floor_s
   end
-  code = nxt
+  spec = nxt
 end
 
 if not reply and not floor_s then
   -- One check, not a log: its reply and its write come straight from its locals.
   if ok then
     if not dry then
-      if px >= 1e8 then px = string.format('%d', px) end
-      call('SET', key, value, 'PX', px)
+      if not counted then
+        if px >= 1e8 then px = string.format('%d', px) end
+        call('SET', key, value, 'PX', px)
+      end
       rem_now = rem_after
     end
-    return {now, 1, 1, rem_now, reset_after, wait}
+    return pack('<dddddd', now, 1, 1, rem_now, reset_after, wait)
   end
   if blocks then call('SET', blocks[1], '1', 'PX', blocks[2]) end
-  return {now, admitted and 1 or 0, blocked and 2 or 0, rem_now, reset_after, wait}
+  return pack('<dddddd', now, admitted and 1 or 0, blocked and 2 or 0, rem_now, reset_after,
+    wait)
 end
 
 if blocks then
@@ -489,11 +578,18 @@ if admitted and not dry then
       end
     end
     if ok then
-      if code == 'l' or code == 'n' then
+      if code == L or code == N then
         if reply then trim = period end
         -- ZADD before any other write: Redis lets a script that has written go on past
         -- maxmemory, and ZREMRANGEBYSCORE is a write that OOM does not refuse.
-        call('ZADD', key, stamp, value)
+        if call('ZADD', key, 'NX', stamp, value) == 0 then
+          -- This microsecond logged already (the server's clock stepped back): the
+          -- entries logged at it numbered, one integer of 19 digits up to 999 of them.
+          local seq = call('ZCOUNT', key, stamp, stamp)
+          value = stamp .. (seq < 1000 and string.format('%03d', seq) or ':' .. seq)
+          if cost > 1 then value = value .. 'x' .. cost end
+          call('ZADD', key, stamp, value)
+        end
         if cost > 1 then call('ZINCRBY', key, 1 - cost, '#') end
         if trim > 0 then
           -- Dead entries of no costly request: STEP + 1 at most (and any logged in the
@@ -506,18 +602,29 @@ if admitted and not dry then
           end
           call('ZREMRANGEBYSCORE', key, '(0', bound)
         end
-        if px >= 1e8 then px = string.format('%d', px) end
-        call('PEXPIRE', key, px)
-      else
+        if px < 0 then
+          px = -px
+          if px >= 1e8 then px = string.format('%d', px) end
+          call('PEXPIRE', key, px, 'GT')
+        else
+          if px >= 1e8 then px = string.format('%d', px) end
+          call('PEXPIRE', key, px)
+        end
+      elseif code ~= 'i' and code ~= 'd' then  -- a window was counted as it was evaluated
         if px >= 1e8 then px = string.format('%d', px) end
         call('SET', key, value, 'PX', px)
       end
     end
   end
   if ok and not reply then rem_now = rem_after end
-elseif reply then
-  if not admitted then reply[2] = 0 end
+elseif reply and not admitted then
+  reply[2] = 0
+  if not dry then
+    for p = 1, 8 * i, 8 do
+      if pend[p] == 'i' then call('DECRBY', pend[p + 1], pend[p + 6]) end
+    end
+  end
 end
-if reply then return reply end
-return {now, admitted and 1 or 0, ok and 1 or blocked and 2 or 0, rem_now, reset_after,
-  wait}
+if reply then return pack('<' .. string.rep('d', 2 + 4 * i), unpack(reply, 1, 2 + 4 * i)) end
+return pack('<dddddd', now, admitted and 1 or 0, ok and 1 or blocked and 2 or 0, rem_now,
+  reset_after, wait)

@@ -36,25 +36,30 @@ for i = 1, #KEYS do
   local key = KEYS[i]
 
   if code == 'f' or code == 'c' or code == 'k' then
-    -- Only the window the decision counted in holds its count (for the sliding
-    -- counter, as the previous window once the next one has begun).
+    -- Only the window the decision counted in holds its count: its own key,
+    -- "<state key>:<window>", whether or not a later window has begun.
     local w
     if code == 'k' then
       -- The start of the calendar window holding the decision's time.
       for s in string.gmatch(ARGV[a + 3], '%d+') do
         if tonumber(s) <= at_s then w = tonumber(s) end
       end
-      code = 'f'
     else
       w = math.floor(at_s / period_s)
     end
-    local v = redis.call('GET', key)
-    if v and code == 'c' then
-      -- Either form of decide.lua's header; written back in the form decide.lua would
-      -- write. The integer form knows its window only modulo m, enough to tell the
-      -- decision's window from the next one.
+    local wkey = key .. ':' .. w
+    local v = redis.call('GET', wkey)
+    local old = not v and redis.call('GET', key)
+    if v then
+      local back = math.min(tonumber(v), cost)
+      if back > 0 then redis.call('DECRBY', wkey, back) end  -- keeps the TTL
+      changed = changed + 1
+    elseif old and code == 'c' then
+      -- A decision counted before windows had keys of their own, in the state key's
+      -- forms of then (decide.lua moves them to the window keys at a window's first
+      -- decision): written back in the form it had.
       local sw, cur, prev
-      local n = tonumber(v)
+      local n = tonumber(old)
       if n then
         local d = (n - n % 1e15) / 1e15
         local b, m = 10 ^ d, 10 ^ (15 - 2 * d)
@@ -68,7 +73,7 @@ for i = 1, #KEYS do
           sw = w + 1
         end
       else
-        local a1, a2, a3 = string.match(v, '^(%d+):(%d+):(%d+)$')
+        local a1, a2, a3 = string.match(old, '^(%d+):(%d+):(%d+)$')
         sw, cur, prev = tonumber(a1), tonumber(a2), tonumber(a3)
       end
       if sw == w then
@@ -91,8 +96,8 @@ for i = 1, #KEYS do
         redis.call('SET', key, v, 'KEEPTTL')
         changed = changed + 1
       end
-    elseif v then
-      local sw, sc = string.match(v, '^(%d+):(%d+)$')
+    elseif old then
+      local sw, sc = string.match(old, '^(%d+):(%d+)$')
       if tonumber(sw) == w then
         redis.call('SET', key, string.format('%d:%d', w, math.max(0, sc - cost)), 'KEEPTTL')
         changed = changed + 1
