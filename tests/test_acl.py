@@ -13,7 +13,7 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
-from django_throttle import check, check_key, refund, refund_key
+from django_throttle import block_key, check, check_key, refund, refund_key
 from django_throttle.compiled import build_rule
 from django_throttle.rules.cache import RedisVersion
 from django_throttle.store import Check, ClusterStore, get_store
@@ -74,6 +74,8 @@ def test_the_primary_user_is_enough(settings: Any, rf: Any, redis_server: RedisS
         assert check_key("leases", "job:1").allowed
         assert refund_key("leases", "job:1") == 1
         assert check_key("leases", "job:1").allowed  # the slot was given back
+        assert block_key("given0", "ip:192.0.2.1", 60) == 1  # the held key, then the block
+        assert not check_key("given0", "ip:192.0.2.1").allowed
         store = get_store().backend()
         limit = build_rule(id=99, name="x", algorithm="fixed_window", limit=1, period=60)
         store.decide([Check(limit, "ip:1")])
