@@ -86,8 +86,8 @@ local spec = argv[a]
 -- The current check; after the loop, the only one when there is one: its reply is
 -- built from these and its write made from them, with no table in between.
 local code, key, ok, rem_now, rem_after, reset_after, wait, blocked
--- A window's check that admitted: 'i' counted already (INCRBY), 'd' counted by an earlier
--- check of the same key; nothing to write.
+-- A check that admitted with nothing left to write: 'i' a window counted already (INCRBY,
+-- given back if the request is rejected), 'd' a key an earlier check of this call counts.
 local counted
 local value, px, period, cost, floor_s, trim, stamp
 -- The sliding log's reads: at most STEP entries each, BATCHES reads of dead entries a call.

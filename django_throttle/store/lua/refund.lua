@@ -13,8 +13,8 @@
 --          (seconds), burst (a calendar window's starts, "s1:s2:s3:s4"), cost
 -- Returns  the number of keys changed
 --
--- State is read and written in decide.lua's forms (see its header), a sliding
--- window counter in either of its two.
+-- State is read and written in decide.lua's forms (see its header): a window's own
+-- key, or the state key's form from before windows had keys of their own.
 
 local at = tonumber(ARGV[1])
 local now = nil
