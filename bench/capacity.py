@@ -28,16 +28,22 @@ SPREAD_RULES = 3
 SLOTS = 16384
 SATURATED = 0.9  # server CPU share from which the core counts as kept busy
 
-# limits' FixedWindow script (limits/resources/redis/lua_scripts/incr_expire.lua), used
-# when the limits package is not installed: INCRBY, then EXPIRE when the key is new.
+# The commands of limits' FixedWindow script (limits/resources/redis/lua_scripts/
+# incr_expire.lua), when the limits package is not installed to read it from: INCRBY, then
+# EXPIRE when the key is new. ARGV: expiry (s), amount.
 LIMITS_INCR_EXPIRE = """
-local current
-local amount = tonumber(ARGV[2])
-current = redis.call("incrby", KEYS[1], amount)
-if tonumber(current) == amount then
-    redis.call("expire", KEYS[1], ARGV[1])
-end
-return current
+local n = redis.call('INCRBY', KEYS[1], ARGV[2])
+if n == tonumber(ARGV[2]) then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
+return n
+"""
+
+# The commands of rate-limiter-flexible's RateLimiterRedis script (lib/RateLimiterRedis.js):
+# SET NX EX (a new key at 0 with its expiry), INCRBY, PTTL; its TTL repair (EXPIRE when a
+# key has none) never runs here. ARGV: points, duration (s).
+FLEXIBLE_INCR_TTL = """
+redis.call('SET', KEYS[1], 0, 'EX', ARGV[2], 'NX')
+local n = redis.call('INCRBY', KEYS[1], ARGV[1])
+return {n, redis.call('PTTL', KEYS[1])}
 """
 
 
@@ -81,19 +87,20 @@ def parse(buffer: bytes, at: int = 0) -> tuple[Any, int] | None:
     return items, pos
 
 
-def call(sock: socket.socket, request: bytes) -> tuple[Any, bytes]:
-    """One request on a blocking socket: the reply and its bytes."""
+def call(sock: socket.socket, request: bytes, commands: int = 1) -> tuple[Any, bytes]:
+    """One request of ``commands`` commands on a blocking socket: the first reply and the
+    bytes of all."""
     sock.sendall(request)
-    buffer = b""
-    while True:
+    buffer, replies, at = b"", [], 0
+    while len(replies) < commands:
         buffer += sock.recv(65536)
-        found = parse(buffer)
-        if found is not None:
-            reply, end = found
-            assert end == len(buffer), "one request, one reply"
+        while len(replies) < commands and (found := parse(buffer, at)) is not None:
+            reply, at = found
             if isinstance(reply, RuntimeError):
                 raise reply
-            return reply, buffer
+            replies.append(reply)
+    assert at == len(buffer), "one reply per command"
+    return replies[0], buffer
 
 
 def connect(port: int) -> socket.socket:
@@ -117,7 +124,8 @@ class Case:
     wall: float = 0.0
     server_cpu: float = 0.0
     load_cpu: float = 0.0
-    usec: int = 0  # INFO commandstats, EVALSHA
+    usec: int = 0  # INFO commandstats: the time of the commands counted
+    counted: tuple[str, ...] = ("evalsha",)  # the commands of a call, one each (commandstats)
     lines: int = 0  # CRLFs in one reply: every reply of a case has the same shape
     tag: str = ""  # the client's hash tag in the first request (redis-benchmark's key)
 
@@ -207,7 +215,7 @@ def own_cpu() -> float:
 def prepare(port: int, admin: Any, case: Case) -> None:
     """The reply's shape from one call, then one call per client (every state written)."""
     with connect(port) as sock:
-        reply, raw = call(sock, case.requests[0])
+        reply, raw = call(sock, case.requests[0], len(case.counted))
     assert case.admitted is None or case.admitted(reply), f"{case.name}: not admitted ({reply})"
     case.lines = raw.count(b"\r\n")
     if len(case.requests) > 1:
@@ -242,15 +250,15 @@ def measure(port: int, admin: Any, cases: list[Case], rounds: int, seconds: floa
             case.load_cpu += own_cpu() - own0
             case.server_cpu += server_cpu(admin) - cpu0
             stats = admin.info("commandstats")
-            evalsha = stats["cmdstat_evalsha"]
-            assert evalsha["calls"] == done, (case.name, done, evalsha)
+            mine = [stats[f"cmdstat_{name}"] for name in case.counted]
+            assert all(m["calls"] == done for m in mine), (case.name, done, mine)
             failed = sum(
                 s.get("failed_calls", 0) + s.get("rejected_calls", 0) for s in stats.values()
             )
             assert not failed, f"{case.name}: {failed} failed calls ({stats})"
             case.calls += done
             case.wall += wall
-            case.usec += evalsha["usec"]
+            case.usec += sum(m["usec"] for m in mine)
         start += 1_000_003  # another stretch of clients' turns
     for case in cases:
         check_admitted(port, case)
@@ -327,7 +335,23 @@ def reference_cases(admin: Any, addrs: list[str]) -> list[Case]:
     floor = Case("`return 1`", [command("EVALSHA", admin.script_load("return 1"), 0)])
     limits = Case("limits FixedWindow `hit()`'s script", requests)
     print(f"limits' script: {origin}")
-    return [floor, limits]
+    sha = admin.script_load(FLEXIBLE_INCR_TTL)
+    flexible = Case(
+        "rate-limiter-flexible RateLimiterRedis's commands",
+        [command("EVALSHA", sha, 1, f"rlflx:ip:{a}", 1, 3600) for a in addrs],
+    )
+    # Envoy's ratelimit (src/redis/fixed_cache_impl.go): INCRBY and EXPIRE per descriptor,
+    # pipelined, no script; its key: domain, descriptor and the window's start.
+    envoy = Case(
+        "Envoy ratelimit's commands (INCRBY + EXPIRE, pipelined)",
+        [
+            command("INCRBY", f"domain_ip_{a}_1733097600", 1)
+            + command("EXPIRE", f"domain_ip_{a}_1733097600", 3600)
+            for a in addrs
+        ],
+        counted=("incrby", "expire"),
+    )
+    return [floor, limits, flexible, envoy]
 
 
 # -- a cluster of N masters -----------------------------------------------------------------
@@ -429,7 +453,8 @@ def run_on(
         measure(server.port, admin, cases, rounds, seconds)
         if kind == "plain":
             calls = 50_000 if quick else 200_000
-            for case in (cases[-2], cases[0]):  # `return 1`, the fixed window
+            floor = next(c for c in cases if c.name == "`return 1`")
+            for case in (floor, cases[0]):  # and the fixed window
                 cases.append(benchmark(server.port, admin, case, load_cpu, calls))
         return cases
     finally:
@@ -496,7 +521,7 @@ def main() -> int:
             "calls/s",
             "server CPU",
             "calls per server CPU-second",
-            "EVALSHA µs (commandstats)",
+            "server µs per call (commandstats)",
             "load generator CPU",
         ),
         rows,
@@ -516,7 +541,7 @@ def main() -> int:
     if "cluster" in results:
         print("\n## The same on a cluster-enabled node holding every slot\n")
         harness.table(
-            ("command", "calls/s", "server CPU", "calls per server CPU-second", "EVALSHA µs"),
+            ("command", "calls/s", "server CPU", "calls per server CPU-second", "µs per call"),
             [
                 (c.name, k(c.per_second), f"{c.server_share:.0%}", k(c.per_core), f"{c.us:.2f}")
                 for c in results["cluster"]
