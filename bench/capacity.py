@@ -14,7 +14,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import harness
@@ -113,42 +113,49 @@ def connect(port: int) -> socket.socket:
 
 
 @dataclass
+class Turn:
+    """What one turn of load on a case measured."""
+
+    calls: int
+    wall: float
+    server_cpu: float
+    load_cpu: float
+    usec: int  # INFO commandstats: the time of the commands counted
+
+
+@dataclass
 class Case:
     """A command sent as ``requests[i % len]`` (a client each), how to tell that a reply
-    admitted the call, and what the runs measured."""
+    admitted the call, and its turns of load; each figure is the median over the turns."""
 
     name: str
     requests: list[bytes]
     admitted: Callable[[Any], bool] | None = None  # None: any reply but an error
-    calls: int = 0
-    wall: float = 0.0
-    server_cpu: float = 0.0
-    load_cpu: float = 0.0
-    usec: int = 0  # INFO commandstats: the time of the commands counted
     counted: tuple[str, ...] = ("evalsha",)  # the commands of a call, one each (commandstats)
     lines: int = 0  # CRLFs in one reply: every reply of a case has the same shape
     tag: str = ""  # the client's hash tag in the first request (redis-benchmark's key)
+    turns: list[Turn] = field(default_factory=list)
 
     @property
     def per_second(self) -> float:
-        return self.calls / self.wall
+        return harness.median([t.calls / t.wall for t in self.turns])
 
     @property
     def per_core(self) -> float:
-        """Calls per second of the server's CPU time: what one core kept busy would answer."""
-        return self.calls / self.server_cpu
+        """Calls per second of the server's CPU time: what one core kept busy answers."""
+        return harness.median([t.calls / t.server_cpu for t in self.turns])
 
     @property
     def server_share(self) -> float:
-        return self.server_cpu / self.wall
+        return harness.median([t.server_cpu / t.wall for t in self.turns])
 
     @property
     def load_share(self) -> float:
-        return self.load_cpu / self.wall
+        return harness.median([t.load_cpu / t.wall for t in self.turns])
 
     @property
     def us(self) -> float:
-        return self.usec / self.calls
+        return harness.median([t.usec / t.calls for t in self.turns])
 
 
 def drive(port: int, case: Case, start: int, calls: int = 0, seconds: float = 0.0) -> int:
@@ -235,8 +242,8 @@ def check_admitted(port: int, case: Case) -> None:
 
 def measure(port: int, admin: Any, cases: list[Case], rounds: int, seconds: float) -> None:
     """Every case prepared, then ``rounds`` turns of ``seconds`` of load per case from a
-    rotating first case, server CPU (INFO cpu), our CPU and EVALSHA's time (INFO
-    commandstats) read around each."""
+    rotating first case, server CPU (INFO cpu), our CPU and the commands' time (INFO
+    commandstats) read around each: other work on the machine hits every case alike."""
     for case in cases:
         prepare(port, admin, case)
     start = 0
@@ -247,8 +254,7 @@ def measure(port: int, admin: Any, cases: list[Case], rounds: int, seconds: floa
             cpu0, own0, t0 = server_cpu(admin), own_cpu(), time.perf_counter()
             done = drive(port, case, start, seconds=seconds)
             wall = time.perf_counter() - t0
-            case.load_cpu += own_cpu() - own0
-            case.server_cpu += server_cpu(admin) - cpu0
+            load_cpu, cpu = own_cpu() - own0, server_cpu(admin) - cpu0
             stats = admin.info("commandstats")
             mine = [stats[f"cmdstat_{name}"] for name in case.counted]
             assert all(m["calls"] == done for m in mine), (case.name, done, mine)
@@ -256,9 +262,7 @@ def measure(port: int, admin: Any, cases: list[Case], rounds: int, seconds: floa
                 s.get("failed_calls", 0) + s.get("rejected_calls", 0) for s in stats.values()
             )
             assert not failed, f"{case.name}: {failed} failed calls ({stats})"
-            case.calls += done
-            case.wall += wall
-            case.usec += sum(m["usec"] for m in mine)
+            case.turns.append(Turn(done, wall, cpu, load_cpu, sum(m["usec"] for m in mine)))
         start += 1_000_003  # another stretch of clients' turns
     for case in cases:
         check_admitted(port, case)
@@ -276,7 +280,7 @@ def benchmark(port: int, admin: Any, case: Case, load_cpu: int, calls: int) -> C
         words = [w.replace(case.tag, "{__rand_int__}") for w in words]
     out = Case(f"{case.name}, redis-benchmark", [])
     admin.config_resetstat()
-    cpu0, t0 = server_cpu(admin), time.perf_counter()
+    cpu0 = server_cpu(admin)
     result = subprocess.run(
         [
             "taskset", "-c", str(load_cpu),
@@ -285,13 +289,12 @@ def benchmark(port: int, admin: Any, case: Case, load_cpu: int, calls: int) -> C
         ],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
-    out.wall = time.perf_counter() - t0
-    out.server_cpu = server_cpu(admin) - cpu0
+    cpu = server_cpu(admin) - cpu0
     evalsha = admin.info("commandstats")["cmdstat_evalsha"]
-    out.calls, out.usec = evalsha["calls"], evalsha["usec"]
-    assert out.calls == calls, (evalsha, result.stdout)
+    assert evalsha["calls"] == calls, (evalsha, result.stdout)
     rps = float(result.stdout.strip().splitlines()[-1].split(",")[1].strip('"'))
-    out.wall = out.calls / rps  # its own clock: connections made before it starts
+    # Its own clock, which starts once its connections are made.
+    out.turns.append(Turn(calls, calls / rps, cpu, 0.0, evalsha["usec"]))
     return out
 
 
@@ -434,10 +437,9 @@ def run_on(
     rounds: int,
     seconds: float,
     load_cpu: int,
-    quick: bool,
 ) -> list[Case]:
     """Every algorithm's case measured on ``server``; on the plain node, the reference rows
-    and redis-benchmark's too."""
+    and redis-benchmark's too (as many calls as ours made in the same time)."""
     import redis
 
     from django_throttle.store.redis import DECIDE_SHA, DECIDE_SOURCE
@@ -452,10 +454,10 @@ def run_on(
             cases += reference_cases(admin, addrs)
         measure(server.port, admin, cases, rounds, seconds)
         if kind == "plain":
-            calls = 50_000 if quick else 200_000
             floor = next(c for c in cases if c.name == "`return 1`")
             for case in (floor, cases[0]):  # and the fixed window
-                cases.append(benchmark(server.port, admin, case, load_cpu, calls))
+                calls = max(10_000, round(case.per_second * rounds * seconds, -3))
+                cases.append(benchmark(server.port, admin, case, load_cpu, int(calls)))
         return cases
     finally:
         admin.close()
@@ -472,10 +474,10 @@ def k(value: float) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="1 round of 0.5 s per case")
+    parser.add_argument("--quick", action="store_true", help="2 rounds of 0.4 s per case")
     parser.add_argument("--no-cluster-node", action="store_true", help="plain node only")
     args = parser.parse_args()
-    rounds, seconds = (1, 0.5) if args.quick else (3, 2.0)
+    rounds, seconds = (2, 0.4) if args.quick else (5, 1.2)
     started = time.monotonic()
     cpus = os.cpu_count() or 1
     load_cpu = (harness.CPU + 1) % cpus
@@ -493,14 +495,14 @@ def main() -> int:
                 server.start()
                 harness.configure_django(server.url)  # the key prefix, the store's settings
             os.sched_setaffinity(0, {load_cpu})
-            results[kind] = run_on(server, kind, addrs, rounds, seconds, load_cpu, args.quick)
+            results[kind] = run_on(server, kind, addrs, rounds, seconds, load_cpu)
         finally:
             server.close()
 
     how = (
         f"{CONNECTIONS} connections, one EVALSHA at a time on each, {IDENTITIES:,} clients; "
         f"redis-server on CPU {harness.CPU}, the load on CPU {load_cpu}; "
-        f"{rounds} x {seconds:g} s per case"
+        f"{rounds} x {seconds:g} s per case, medians over the rounds"
     )
     print(f"\n## Decisions per second of one redis-server core ({how})\n")
     rows = []
@@ -512,7 +514,7 @@ def main() -> int:
                 f"{case.server_share:.0%}",
                 k(case.per_core),
                 f"{case.us:.2f}",
-                f"{case.load_share:.0%}" if case.load_cpu else "-",
+                f"{case.load_share:.0%}" if case.requests else "-",
             )
         )
     harness.table(
