@@ -8,6 +8,7 @@ import math
 import os
 import resource
 import select
+import shutil
 import socket
 import subprocess
 import sys
@@ -183,8 +184,9 @@ def drive(port: int, case: Case, start: int, calls: int = 0, seconds: float = 0.
             for fd, _ in poller.poll():
                 sock = by_fd[fd]
                 data = sock.recv(65536)
-                if data[:1] == b"-":
-                    raise RuntimeError(f"{case.name}: {data[:200]!r}")
+                if not data or data[:1] == b"-":
+                    said = repr(data[:200]) if data else "connection closed"
+                    raise RuntimeError(f"{case.name}: {said}")
                 got = seen[fd] + data.count(b"\r\n")
                 if got < lines:
                     seen[fd] = got
@@ -453,7 +455,9 @@ def run_on(
         if kind == "plain":
             cases += reference_cases(admin, addrs)
         measure(server.port, admin, cases, rounds, seconds)
-        if kind == "plain":
+        if kind == "plain" and shutil.which("redis-benchmark") is None:
+            print("redis-benchmark is not on PATH: its rows are left out", file=sys.stderr)
+        elif kind == "plain":
             floor = next(c for c in cases if c.name == "`return 1`")
             for case in (floor, cases[0]):  # and the fixed window
                 calls = max(10_000, round(case.per_second * rounds * seconds, -3))
