@@ -295,9 +295,19 @@ def _readable(conn: Any) -> bool:
     reader = conn._parser._reader
     if reader is None or reader.has_data():
         return True
-    poll = select.poll()
-    poll.register(conn._sock, select.POLLIN)
-    return bool(poll.poll(0))
+    sock = conn._sock
+    # The connection's socket and a poll object watching it, kept on the connection: one
+    # syscall per decision instead of redis-py's new poll object and registration each time.
+    watch = getattr(conn, _WATCH, None)
+    if watch is None or watch[0] is not sock:
+        poll = select.poll()
+        poll.register(sock, select.POLLIN)
+        watch = (sock, poll)
+        setattr(conn, _WATCH, watch)
+    return bool(watch[1].poll(0))
+
+
+_WATCH = "_django_throttle_poll"
 
 
 class AsyncConnectionStack:
