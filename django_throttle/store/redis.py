@@ -76,7 +76,7 @@ class RedisStore:
         if not checks:
             return []
         reply = self._decide(checks, dry_run)
-        if self.clock.missed(reply):
+        if reply[1] == CLOCK_MISS and self.clock.missed(reply):  # tested here: rare, a call costs
             reply = self._decide(checks, dry_run)
         return parse_reply(checks, reply)
 
@@ -366,12 +366,22 @@ def packed_decide(checks: Sequence[Check], dry_run: bool, clock: ServerClock) ->
         if rule.calendar is not None:
             args.append(bulk(*rule.calendar.starts(clock.now())))
         n_args += own.n_args
-    head = array(3 + len(keys) + n_args) + _EVALSHA_DECIDE + _bulk_int(len(keys))
+    head = _HEADS.get((len(keys), n_args))
+    if head is None:
+        head = array(3 + len(keys) + n_args) + _EVALSHA_DECIDE + _bulk_int(len(keys))
+        if len(_HEADS) < MAX_HEADS:
+            _HEADS[len(keys), n_args] = head
     return b"".join([head, *keys, *args])
 
 
 def _bulk_int(value: int) -> bytes:
     return _SMALL[value] if value < len(_SMALL) else bulk(value)
+
+
+# The head of a decision's EVALSHA (its length, the script, the number of keys) by the number
+# of keys and of arguments: a site's requests meet a few combinations of rules.
+_HEADS: dict[tuple[int, int], bytes] = {}
+MAX_HEADS = 256
 
 
 def parse_reply(checks: Sequence[Check], reply: Sequence[int]) -> list[Result]:
