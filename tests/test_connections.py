@@ -138,6 +138,28 @@ def test_a_timed_out_connection_is_never_reused(stack: ConnectionStack, redis_se
     assert stack.execute("CLIENT", "ID") != first
 
 
+def test_a_write_the_server_does_not_read_times_out(
+    stack: ConnectionStack, redis_server: Any
+) -> None:
+    """A command a stopped server does not read fails with redis-py's TimeoutError once the
+    0.2 s socket timeout has passed (Linux: bounded by the kernel), never reused after."""
+    if not redis_server.managed:
+        pytest.skip("needs a redis-server the harness runs; unset REDIS_URL")
+    import time
+
+    first = stack.execute("CLIENT", "ID")
+    redis_server.pause()
+    try:
+        started = time.monotonic()
+        with pytest.raises(TimeoutError, match="writing"):
+            stack.execute("SET", "big", b"x" * 32_000_000)  # more than the socket buffers
+        took = time.monotonic() - started
+    finally:
+        redis_server.resume()
+    assert 0.15 <= took < 1.5, took
+    assert stack.execute("CLIENT", "ID") != first
+
+
 def test_a_connection_the_server_closed_is_replaced(
     stack: ConnectionStack, redis_client: Any
 ) -> None:

@@ -9,6 +9,9 @@ import asyncio
 import os
 import re
 import select
+import socket
+import struct
+import sys
 import weakref
 from collections.abc import Awaitable
 from typing import Any, TypeVar
@@ -49,6 +52,10 @@ DIRECT_CONNECTIONS = (Connection, UnixDomainSocketConnection)
 # What hiredis's reader returns while a reply is incomplete (redis-py 5.0: False).
 _NOT_ENOUGH_DATA = getattr(hiredis_parser, "NOT_ENOUGH_DATA", False)
 _SERVER_CLOSED = "Connection closed by server."  # redis-py's words
+# Python bounds a socket's calls by its timeout with a poll() before each send and receive: two
+# syscalls more per decision. On Linux the kernel bounds them instead (SO_SNDTIMEO and
+# SO_RCVTIMEO on a blocking socket), and a call past its time fails with EAGAIN.
+KERNEL_TIMEOUTS = sys.platform.startswith("linux")
 
 
 # Redis 6.2 wraps an error inside a script ("ERR Error running script ... -READONLY ..."),
@@ -133,6 +140,8 @@ class ConnectionStack:
                     pass
             conn.disconnect()
         conn.connect()
+        if self.direct:
+            kernel_timeouts(conn)
         return conn
 
     def give(self, conn: Any) -> None:
@@ -247,7 +256,7 @@ def direct_call(conn: Any, command: bytes) -> Any:
     push = getattr(parser, "_hiredis_PushNotificationType", None)  # RESP3's out-of-band data
     try:
         sock.sendall(command)
-    except TimeoutError as exc:
+    except (TimeoutError, BlockingIOError) as exc:  # BlockingIOError: the kernel's timeout
         conn.disconnect()
         raise RedisTimeoutError("Timeout writing to socket") from exc
     except OSError as exc:
@@ -270,7 +279,7 @@ def direct_call(conn: Any, command: bytes) -> Any:
             if push is None or type(reply) is not push:
                 break
             parser.handle_push_response(reply)  # redis-py's handlers, then the reply
-    except TimeoutError as exc:
+    except (TimeoutError, BlockingIOError) as exc:
         conn.disconnect()
         raise RedisTimeoutError("Timeout reading from socket") from exc
     except OSError as exc:
@@ -286,6 +295,23 @@ def direct_call(conn: Any, command: bytes) -> Any:
             conn.disconnect()
         raise reply
     return reply
+
+
+def kernel_timeouts(conn: Any) -> None:
+    """Bound a connected socket's sends and receives by the connection's timeout in the kernel
+    (KERNEL_TIMEOUTS), for direct_call(): one syscall per send or receive."""
+    timeout = conn.socket_timeout
+    sock = conn._sock
+    if not KERNEL_TIMEOUTS or not timeout or sock is None:
+        return
+    seconds = int(timeout)
+    micros = min(999_999, round((timeout - seconds) * 1_000_000))
+    if not seconds and not micros:
+        micros = 1  # a zero timeval is no limit at all
+    limit = struct.pack("@ll", seconds, micros)  # struct timeval
+    sock.settimeout(None)  # blocking: no poll() before each call
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, limit)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, limit)
 
 
 def _readable(conn: Any) -> bool:
