@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 from collections.abc import Sequence
@@ -294,13 +295,16 @@ class CalendarMissError(RedisError):
 class RuleArgs(NamedTuple):
     """A rule's part of decide.lua's arguments (its header): those before a check's cost and
     after it (a calendar window's four starts follow, computed per call); the same framed in
-    the Redis protocol; and how many there are in all."""
+    the Redis protocol; and how many there are in all. Then its state keys' prefix in bytes,
+    and framed up to the client's tag (whose length is fixed: ``$<length>\r\n<prefix>``)."""
 
     head: tuple[str | int, ...]
     tail: tuple[int, ...]
     wire_head: bytes
     wire_tail: bytes
     n_args: int
+    prefix: bytes
+    wire_key: bytes
 
 
 def rule_args(rule: CompiledRule) -> RuleArgs:
@@ -316,7 +320,9 @@ def rule_args(rule: CompiledRule) -> RuleArgs:
     if rule.algorithm in ALGORITHMS_WITH_BURST:
         tail += (rule.burst,)
     n_args = len(head) + 1 + len(tail) + (0 if rule.calendar is None else 4)
-    made = RuleArgs(head, tail, bulk(*head), bulk(*tail), n_args)
+    prefix = rule.state_prefix.encode("utf-8", "surrogatepass")
+    wire_key = b"$%d\r\n%s" % (len(prefix) + TAG_LENGTH, prefix)
+    made = RuleArgs(head, tail, bulk(*head), bulk(*tail), n_args, prefix, wire_key)
     object.__setattr__(rule, "store_args", made)  # a cache: the rule is frozen otherwise
     return made
 
@@ -356,10 +362,11 @@ def packed_decide(checks: Sequence[Check], dry_run: bool, clock: ServerClock) ->
     n_args = len(args)
     for check in checks:
         rule = check.rule
-        key = (rule.state_prefix + client_tag(check.identity)).encode("utf-8", "surrogatepass")
-        keys.append(b"$%d\r\n%s\r\n" % (len(key), key))
-        keys.append(b"$%d\r\n%s%s\r\n" % (len(key) + _BLOCK_LEN, key, _BLOCK_SUFFIX))
         own = rule.store_args or rule_args(rule)
+        tag = wire_tag(check.identity)
+        key = own.prefix + tag
+        keys.append(own.wire_key + tag + _CRLF)
+        keys.append(b"$%d\r\n%s%s\r\n" % (len(key) + _BLOCK_LEN, key, _BLOCK_SUFFIX))
         args.append(own.wire_head)
         args.append(_COST_ONE if check.cost == 1 else bulk(check.cost))
         args.append(own.wire_tail)
@@ -372,6 +379,12 @@ def packed_decide(checks: Sequence[Check], dry_run: bool, clock: ServerClock) ->
         if len(_HEADS) < MAX_HEADS:
             _HEADS[len(keys), n_args] = head
     return b"".join([head, *keys, *args])
+
+
+@functools.lru_cache(maxsize=16_384)  # as client_tag(): a client's tag once, not per request
+def wire_tag(identity: str) -> bytes:
+    """client_tag() in bytes (ASCII: braces around base64)."""
+    return client_tag(identity).encode("ascii")
 
 
 def _bulk_int(value: int) -> bytes:
@@ -444,7 +457,8 @@ def refund_input(checks: Sequence[Check], at_us: int) -> list[Any]:
 DECIDE_SOURCE = load_lua("decide.lua")
 DECIDE_SHA = sha1(DECIDE_SOURCE)
 _EVALSHA_DECIDE = bulk("EVALSHA", DECIDE_SHA)
-_DRY, _COST_ONE = bulk("dry"), bulk(1)
+_DRY, _COST_ONE, _CRLF = bulk("dry"), bulk(1), b"\r\n"
+TAG_LENGTH = len(client_tag(""))  # every tag has this length
 _BLOCK_SUFFIX = BLOCK_SUFFIX.encode("ascii")
 _BLOCK_LEN = len(_BLOCK_SUFFIX)
 _SMALL = tuple(bulk(i) for i in range(32))
