@@ -84,6 +84,23 @@ def test_pushes_never_take_a_commands_place(stack: ConnectionStack) -> None:
     assert stack.execute("CLIENT", "ID") != first
 
 
+def test_a_stack_whose_connections_others_read_leaves_them_to_redis_py(
+    redis_server: Any,
+) -> None:
+    """A cluster's stacks hand their connections to code that reads them through redis-py:
+    they keep redis-py's reads and Python's socket timeout, which redis-py maps."""
+    client = redis_server.client(socket_timeout=0.2)
+    stack = ConnectionStack(client.connection_pool, direct_reads=False)
+    conn = stack.take()
+    try:
+        assert not stack.direct
+        assert conn._sock.gettimeout() == 0.2
+    finally:
+        stack.give(conn)
+        stack.disconnect()
+        client.close()
+
+
 def test_a_reply_longer_than_one_read_comes_back_whole(stack: ConnectionStack) -> None:
     big = b"x" * 300_000  # several reads of redis-py's 64 KiB buffer
     assert stack.execute("SET", "big", big) == b"OK"

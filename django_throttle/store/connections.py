@@ -96,13 +96,15 @@ class ConnectionStack:
     list.append are atomic, so no lock is taken.
     """
 
-    def __init__(self, pool: Any, **overrides: Any) -> None:
+    def __init__(self, pool: Any, *, direct_reads: bool = True, **overrides: Any) -> None:
         self.pool = pool  # Sentinel's connections hold a weak proxy to it
         self._connection_class = pool.connection_class
         self._kwargs = {**pool.connection_kwargs, **overrides}
         self._idle: list[Any] = []
-        # Whether replies are read through hiredis's reader directly, known once the first
-        # connection is made (all of a stack's connections are alike).
+        # Whether replies are read through hiredis's reader directly (where the connections
+        # allow it, and every command goes through execute() and run_packed(): not a caller's
+        # own of taken connections), known once the first connection is made.
+        self._direct_reads = direct_reads
         self.direct = False
         _stacks.add(self)
 
@@ -124,7 +126,7 @@ class ConnectionStack:
             conn = self._idle.pop()
         except IndexError:
             conn = self._connection_class(**self._kwargs)
-            self.direct = reads_directly(conn)
+            self.direct = self._direct_reads and reads_directly(conn)
         else:
             # Every idle connection finished its last command. One that reads as ready
             # before we sent anything was closed by the server (restart, idle timeout):
