@@ -198,6 +198,40 @@ TARGETS = {
 }
 
 
+# Issue 24's targets: check() of N fixed-window rules against limits' FixedWindowRateLimiter
+# hit() of N limits (N calls), both on the run's redis-server: at most these times its median.
+AGAINST_LIMITS = (
+    ("django-throttle 1 rule (fixed_window)", "limits FixedWindow 1 limit", 0.85),
+    ("django-throttle 3 rules (fixed_window)", "limits FixedWindow 3 limits", 0.45),
+)
+
+
+def report_against_limits(cases: list[Case]) -> None:
+    medians = {c.name: c.median_us for c in cases}
+    rows = []
+    for ours, theirs, target in AGAINST_LIMITS:
+        mine, peer = medians[ours], medians.get(theirs)
+        if peer is None:
+            rows.append(
+                (ours, f"{mine:.1f}", theirs, "-", "-", f"≤ {target:.2f}x", "limits not installed")
+            )
+            continue
+        ratio = mine / peer
+        verdict = "met" if ratio <= target else "not met"
+        rows.append(
+            (
+                ours,
+                f"{mine:.1f}",
+                theirs,
+                f"{peer:.1f}",
+                f"{ratio:.2f}x",
+                f"≤ {target:.2f}x",
+                verdict,
+            )
+        )
+    harness.table(("ours", "µs", "limits", "µs", "ours / limits", "target", "verdict"), rows)
+
+
 def report_latency(cases: list[Case]) -> None:
     raw = cases[0].median_us
     rows = []
@@ -352,6 +386,8 @@ def main() -> int:
         )
         harness.interleaved(cases, rounds, per_round, warmup=clients)
         report_latency(cases)
+        print("\n## check() against limits' FixedWindowRateLimiter.hit() (same run, medians)\n")
+        report_against_limits(cases)
         print(f"\n## Redis memory after {MEMORY_ADMITS} admits of one client (MEMORY USAGE)\n")
         harness.table(
             ("store", "keys", "key length", "bytes", "bytes per entry", "floor bytes"),

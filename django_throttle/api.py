@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from typing import Any
 
@@ -38,7 +39,7 @@ def check(request: Any, scope: str, cost: int = 1, dry_run: bool = False) -> Dec
     As the middleware would: admin rules of the scope, else its code defaults; a raising key
     function applies the rule's fail mode; a rule that already counted this request (through
     the middleware, the decorator or an earlier check()) does not count it again."""
-    return evaluate(request, [ScopeSpec(scope, None, 1)], cost=valid_cost(cost), dry_run=dry_run)
+    return evaluate(request, _scope_specs(scope), cost=valid_cost(cost), dry_run=dry_run)
 
 
 async def acheck(request: Any, scope: str, cost: int = 1, dry_run: bool = False) -> Decision:
@@ -120,6 +121,13 @@ def refund_key(scope: str, key: str, cost: int = 1) -> int:
     took; a concurrency slot taken with it), from its newest state: a window's current count,
     the log's newest entries; returns how many rules were refunded."""
     return engine_refund_key(scope, key, cost)
+
+
+@functools.lru_cache(maxsize=1024)
+def _scope_specs(scope: str) -> list[ScopeSpec]:
+    """check()'s specs of ``scope``, made once (never changed by the engine: a given cost
+    leaves them out of the request's decided specs)."""
+    return [ScopeSpec(scope, None, 1)]
 
 
 def _timeout(timeout: float) -> float:

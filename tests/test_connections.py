@@ -15,6 +15,7 @@ import pytest
 import redis
 from redis._parsers import _RESP2Parser, _RESP3Parser
 from redis.exceptions import (
+    BusyLoadingError,
     ConnectionError,
     NoScriptError,
     ReadOnlyError,
@@ -29,7 +30,8 @@ from .engine_helpers import make_rule
 
 # Stale connections are detected by the parser's can_read(), which differs per parser.
 PARSERS = {
-    "default": {},  # hiredis where installed (it is, with the test extra)
+    "default": {},  # hiredis where installed (it is, with the test extra); RESP3 on redis-py 8
+    "resp2-hiredis": {"protocol": 2},
     "resp2-python": {"parser_class": _RESP2Parser},
     "resp3-python": {"parser_class": _RESP3Parser, "protocol": 3},
 }
@@ -61,6 +63,71 @@ def test_replies_come_back_to_their_command(stack: ConnectionStack) -> None:
     assert stack.execute("INCRBY", "n", 2) == 7
 
 
+def test_hiredis_replies_are_read_directly(stack: ConnectionStack, request: Any) -> None:
+    """Where hiredis parses, the stack reads its replies itself (every test here then covers
+    that path); with redis-py's own parsers, through redis-py's Connection."""
+    stack.execute("PING")
+    parser = request.node.callspec.params["stack"]
+    assert stack.direct is (parser in ("default", "resp2-hiredis"))
+
+
+def test_pushes_never_take_a_commands_place(stack: ConnectionStack) -> None:
+    """With RESP3 a tracking connection is pushed an invalidation of each key written (after
+    the write's reply): a connection with a push pending is replaced before its next command,
+    and each command gets its own reply."""
+    if not isinstance(stack.execute("HELLO"), dict):  # a list in RESP2
+        pytest.skip("pushes are RESP3's")
+    first = stack.execute("CLIENT", "ID")
+    assert stack.execute("CLIENT", "TRACKING", "ON", "BCAST") == b"OK"
+    assert stack.execute("SET", "tracked", 1) == b"OK"  # an invalidation pushed to itself
+    assert stack.execute("ECHO", "mine") == b"mine"
+    assert stack.execute("CLIENT", "ID") != first
+
+
+def test_a_stack_whose_connections_others_read_leaves_them_to_redis_py(
+    redis_server: Any,
+) -> None:
+    """A cluster's stacks hand their connections to code that reads them through redis-py:
+    they keep redis-py's reads and Python's socket timeout, which redis-py maps."""
+    client = redis_server.client(socket_timeout=0.2)
+    stack = ConnectionStack(client.connection_pool, direct_reads=False)
+    conn = stack.take()
+    try:
+        assert not stack.direct
+        assert conn._sock.gettimeout() == 0.2
+    finally:
+        stack.give(conn)
+        stack.disconnect()
+        client.close()
+
+
+def test_a_reply_longer_than_one_read_comes_back_whole(stack: ConnectionStack) -> None:
+    big = b"x" * 300_000  # several reads of redis-py's 64 KiB buffer
+    assert stack.execute("SET", "big", big) == b"OK"
+    assert stack.execute("GET", "big") == big
+    assert stack.execute("ECHO", "next") == b"next"
+
+
+def test_a_framed_script_is_loaded_on_the_connection_that_lacks_it(
+    stack: ConnectionStack,
+) -> None:
+    first = stack.execute("CLIENT", "ID")
+    stack.execute("SCRIPT", "FLUSH")
+    command = b"*3\r\n$7\r\nEVALSHA\r\n$40\r\n%s\r\n$1\r\n0\r\n" % SHA_ONE.encode()
+    assert stack.run_packed(command, "return 1") == 1  # NOSCRIPT, SCRIPT LOAD, EVALSHA
+    assert stack.run_packed(command, "return 1") == 1
+    assert stack.execute("CLIENT", "ID") == first
+
+
+def test_a_loading_reply_ends_the_connection(stack: ConnectionStack) -> None:
+    """LOADING (a server still reading its data) is redis-py's BusyLoadingError, a
+    ConnectionError: the connection is not used again."""
+    first = stack.execute("CLIENT", "ID")
+    with pytest.raises(BusyLoadingError):
+        stack.execute("EVAL", "return redis.error_reply('LOADING Redis is loading')", 0)
+    assert stack.execute("CLIENT", "ID") != first
+
+
 def test_one_connection_serves_calls_in_turn(stack: ConnectionStack, redis_client: Any) -> None:
     first = stack.execute("CLIENT", "ID")
     for _ in range(20):
@@ -85,6 +152,28 @@ def test_a_timed_out_connection_is_never_reused(stack: ConnectionStack, redis_se
         other.ping()  # served once the server is awake again
     assert stack.execute("SET", "after", "1") == b"OK"
     assert stack.execute("GET", "after") == b"1"
+    assert stack.execute("CLIENT", "ID") != first
+
+
+def test_a_write_the_server_does_not_read_times_out(
+    stack: ConnectionStack, redis_server: Any
+) -> None:
+    """A command a stopped server does not read fails with redis-py's TimeoutError once the
+    0.2 s socket timeout has passed (Linux: bounded by the kernel), never reused after."""
+    if not redis_server.managed:
+        pytest.skip("needs a redis-server the harness runs; unset REDIS_URL")
+    import time
+
+    first = stack.execute("CLIENT", "ID")
+    redis_server.pause()
+    try:
+        started = time.monotonic()
+        with pytest.raises(TimeoutError, match="writing"):
+            stack.execute("SET", "big", b"x" * 32_000_000)  # more than the socket buffers
+        took = time.monotonic() - started
+    finally:
+        redis_server.resume()
+    assert 0.15 <= took < 1.5, took
     assert stack.execute("CLIENT", "ID") != first
 
 

@@ -73,7 +73,7 @@ def settle(request: Any, gathered: Gathered, decision: Decision, dry_run: bool =
     rule that applied (the ones decided earlier included)."""
     if dry_run:
         return decision
-    state = state_of(request)
+    state = gathered.state or state_of(request)
     if gathered.checks or decision.unavailable:
         for result in decision.results:
             state.counted[result.rule.state_prefix] = result

@@ -17,7 +17,7 @@ from ..runtime import runtime
 from ..store import Check, Result
 from .block_cache import Blocked
 from .overrides import rule_for
-from .request_state import state_of
+from .request_state import RequestState, state_of
 
 logger = logging.getLogger("django_throttle")
 
@@ -27,7 +27,7 @@ class Gathered:
     it, or a decision already (a rule whose key cannot be computed and that fails closed);
     and the block cache of the rules they come from."""
 
-    __slots__ = ("blocked", "checks", "earlier", "early")
+    __slots__ = ("blocked", "checks", "earlier", "early", "state")
 
     def __init__(
         self,
@@ -35,11 +35,13 @@ class Gathered:
         earlier: list[Result],
         early: Decision | None = None,
         blocked: Blocked | None = None,
+        state: RequestState | None = None,
     ) -> None:
         self.checks = checks
         self.earlier = earlier
         self.early = early
         self.blocked = blocked
+        self.state = state  # the request's, when gathering made or found it
 
 
 class NeedsThread(Exception):
@@ -107,8 +109,9 @@ def gather(
                 continue  # this client is exempt from the rule
             rule = own  # this client's own limit, on the same state
         checks.append(Check(rule, who, rule_cost if cost is None else cost))
-    state.decided_specs.update(id(spec) for spec in decided_now)
-    return Gathered(checks, earlier, blocked=ruleset.blocked)
+    if decided_now:
+        state.decided_specs.update(id(spec) for spec in decided_now)
+    return Gathered(checks, earlier, None, ruleset.blocked, state)
 
 
 KEY_ERROR_LOG_EVERY = 60.0  # seconds: a broken key function is logged, not once per request

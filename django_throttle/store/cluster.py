@@ -318,7 +318,9 @@ class ClusterStore(_Cluster):
         # By address: a refreshed slot map may bring new node objects for the same server.
         stack = self._stacks.get(node.name)
         if stack is None:
-            stack = ConnectionStack(node.redis_connection.connection_pool, **decision_kwargs())
+            # Its connections are written and read by this store, through redis-py.
+            pool = node.redis_connection.connection_pool
+            stack = ConnectionStack(pool, direct_reads=False, **decision_kwargs())
             stack = self._stacks.setdefault(node.name, stack)
         return stack
 

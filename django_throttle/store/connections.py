@@ -8,11 +8,17 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import select
+import socket
+import struct
+import sys
 import weakref
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
 from redis import ConnectionPool
+from redis._parsers import hiredis as hiredis_parser
+from redis.connection import Connection, UnixDomainSocketConnection
 from redis.exceptions import (
     ClusterDownError,
     ConnectionError,
@@ -37,6 +43,19 @@ SERVER_GONE_REPLIES = (ReadOnlyError, ClusterDownError)
 # Pools whose connections the stack can make itself: the plain pool and Sentinel's, whose
 # connections ask the Sentinels for the primary's address when they connect.
 STACKABLE_POOLS = (ConnectionPool, SentinelConnectionPool)
+
+
+# Connections whose replies the stack may read through hiredis's reader itself
+# (reads_directly): the plain ones, not Sentinel's (which turns READONLY into a
+# ConnectionError) nor TLS ones (whose socket buffers decrypted bytes of its own).
+DIRECT_CONNECTIONS = (Connection, UnixDomainSocketConnection)
+# What hiredis's reader returns while a reply is incomplete (redis-py 5.0: False).
+_NOT_ENOUGH_DATA = getattr(hiredis_parser, "NOT_ENOUGH_DATA", False)
+_SERVER_CLOSED = "Connection closed by server."  # redis-py's words
+# Python bounds a socket's calls by its timeout with a poll() before each send and receive: two
+# syscalls more per decision. On Linux the kernel bounds them instead (SO_SNDTIMEO and
+# SO_RCVTIMEO on a blocking socket), and a call past its time fails with EAGAIN.
+KERNEL_TIMEOUTS = sys.platform.startswith("linux")
 
 
 # Redis 6.2 wraps an error inside a script ("ERR Error running script ... -READONLY ..."),
@@ -77,11 +96,16 @@ class ConnectionStack:
     list.append are atomic, so no lock is taken.
     """
 
-    def __init__(self, pool: Any, **overrides: Any) -> None:
+    def __init__(self, pool: Any, *, direct_reads: bool = True, **overrides: Any) -> None:
         self.pool = pool  # Sentinel's connections hold a weak proxy to it
         self._connection_class = pool.connection_class
         self._kwargs = {**pool.connection_kwargs, **overrides}
         self._idle: list[Any] = []
+        # Whether replies are read through hiredis's reader directly (where the connections
+        # allow it, and every command goes through execute() and run_packed(): not a caller's
+        # own of taken connections), known once the first connection is made.
+        self._direct_reads = direct_reads
+        self.direct = False
         _stacks.add(self)
 
     @classmethod
@@ -102,17 +126,24 @@ class ConnectionStack:
             conn = self._idle.pop()
         except IndexError:
             conn = self._connection_class(**self._kwargs)
+            self.direct = self._direct_reads and reads_directly(conn)
         else:
             # Every idle connection finished its last command. One that reads as ready
             # before we sent anything was closed by the server (restart, idle timeout):
             # reconnect, as redis-py's pool does, instead of failing this request on it.
-            try:
-                if not conn.can_read():
+            if self.direct:
+                if not _readable(conn):
                     return conn
-            except ConnectionError:
-                pass
+            else:
+                try:
+                    if not conn.can_read():
+                        return conn
+                except ConnectionError:
+                    pass
             conn.disconnect()
         conn.connect()
+        if self.direct:
+            kernel_timeouts(conn)
         return conn
 
     def give(self, conn: Any) -> None:
@@ -122,7 +153,7 @@ class ConnectionStack:
         """Send one command and return its reply; Redis errors are raised as redis-py raises them."""
         conn = self.take()
         try:
-            reply = call(conn, args)
+            reply = direct_call(conn, as_bytes(conn, args)) if self.direct else call(conn, args)
         except ResponseError as exc:
             self.settle(conn, exc)
             raise
@@ -142,7 +173,10 @@ class ConnectionStack:
         protocol (bytes: the decision's hot path frames them itself)."""
         conn = self.take()
         try:
-            reply = run_script(conn, command, source)
+            if self.direct:
+                reply = run_script(conn, as_bytes(conn, command), source, direct_call)
+            else:
+                reply = run_script(conn, command, source)
         except ResponseError as exc:
             self.settle(conn, exc)
             if again and demoted(exc):
@@ -186,13 +220,122 @@ def call(conn: Any, command: Command) -> Any:
     return conn.read_response()
 
 
-def run_script(conn: Any, command: Command, source: str) -> Any:
-    """An EVALSHA, the script loaded on this connection's server if it lacks it."""
+def run_script(conn: Any, command: Command, source: str, send: Any = call) -> Any:
+    """An EVALSHA, the script loaded on this connection's server if it lacks it (``send``:
+    call, or direct_call of a command in bytes)."""
     try:
-        return call(conn, command)
+        return send(conn, command)
     except NoScriptError:
-        call(conn, ("SCRIPT", "LOAD", source))
-        return call(conn, command)
+        load = ("SCRIPT", "LOAD", source)
+        send(conn, as_bytes(conn, load) if send is direct_call else load)
+        return send(conn, command)
+
+
+def reads_directly(conn: Any) -> bool:
+    """Whether replies on connections like ``conn`` (made, not connected) can be read through
+    hiredis's reader directly: a plain connection with hiredis's parser and no health checks
+    (whose PING redis-py sends before a command)."""
+    return (
+        type(conn) in DIRECT_CONNECTIONS
+        and type(getattr(conn, "_parser", None)) is hiredis_parser._HiredisParser
+        and not conn.health_check_interval
+    )
+
+
+def as_bytes(conn: Any, command: Command) -> bytes:
+    """A command in the Redis protocol, as one byte string."""
+    return command if isinstance(command, bytes) else b"".join(conn.pack_command(*command))
+
+
+def direct_call(conn: Any, command: bytes) -> Any:
+    """call() on a connected connection that reads_directly, without redis-py's layers around
+    the socket and the reader: one ``sendall``, then reads until hiredis has the reply. Errors
+    are redis-py's, in its words, and close the connection as its own would (an error reply
+    read whole does not)."""
+    sock = conn._sock
+    parser = conn._parser
+    reader = parser._reader
+    push = getattr(parser, "_hiredis_PushNotificationType", None)  # RESP3's out-of-band data
+    try:
+        sock.sendall(command)
+    except (TimeoutError, BlockingIOError) as exc:  # BlockingIOError: the kernel's timeout
+        conn.disconnect()
+        raise RedisTimeoutError("Timeout writing to socket") from exc
+    except OSError as exc:
+        conn.disconnect()
+        errno, message = ("UNKNOWN", exc.args[0]) if len(exc.args) == 1 else exc.args[:2]
+        raise ConnectionError(f"Error {errno} while writing to socket. {message}.") from exc
+    except BaseException:
+        conn.disconnect()  # cut short mid-write: the connection is never used again
+        raise
+    try:
+        while True:
+            reply = reader.gets()
+            while reply is _NOT_ENOUGH_DATA:
+                buffer = parser._buffer
+                size = sock.recv_into(buffer)
+                if size == 0:
+                    raise ConnectionError(_SERVER_CLOSED)
+                reader.feed(buffer, 0, size)
+                reply = reader.gets()
+            if push is None or type(reply) is not push:
+                break
+            parser.handle_push_response(reply)  # redis-py's handlers, then the reply
+    except (TimeoutError, BlockingIOError) as exc:
+        conn.disconnect()
+        raise RedisTimeoutError("Timeout reading from socket") from exc
+    except OSError as exc:
+        conn.disconnect()
+        raise ConnectionError(
+            f"Error while reading from {conn._host_error()} : {exc.args}"
+        ) from exc
+    except BaseException:
+        conn.disconnect()
+        raise
+    if isinstance(reply, Exception):  # an error reply: hiredis returns redis-py's exception
+        if isinstance(reply, ConnectionError):  # LOADING: the server cannot serve yet
+            conn.disconnect()
+        raise reply
+    return reply
+
+
+def kernel_timeouts(conn: Any) -> None:
+    """Bound a connected socket's sends and receives by the connection's timeout in the kernel
+    (KERNEL_TIMEOUTS), for direct_call(): one syscall per send or receive."""
+    timeout = conn.socket_timeout
+    sock = conn._sock
+    if not KERNEL_TIMEOUTS or not timeout or sock is None:
+        return
+    seconds = int(timeout)
+    micros = min(999_999, round((timeout - seconds) * 1_000_000))
+    if not seconds and not micros:
+        micros = 1  # a zero timeval is no limit at all
+    limit = struct.pack("@ll", seconds, micros)  # struct timeval
+    sock.settimeout(None)  # blocking: no poll() before each call
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, limit)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, limit)
+
+
+def _readable(conn: Any) -> bool:
+    """Whether a connection that reads_directly has something to read before a command was
+    sent: a reply left over, or the server's close (redis-py's can_read() tells the two apart;
+    the stack replaces the connection either way)."""
+    reader = conn._parser._reader
+    if reader is None or reader.has_data():
+        return True
+    sock = conn._sock
+    # The connection's socket and a poll object watching it, kept on the connection: one
+    # syscall per decision instead of redis-py's new poll object and registration each time.
+    watch = getattr(conn, _WATCH, None)
+    if watch is None or watch[0] is not sock:
+        poll = select.poll()
+        poll.register(sock, select.POLLIN)
+        watch = (sock, poll)
+        setattr(conn, _WATCH, watch)
+    return bool(watch[1].poll(0))
+
+
+_WATCH = "_django_throttle_poll"
 
 
 class AsyncConnectionStack:

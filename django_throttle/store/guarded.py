@@ -158,7 +158,7 @@ class GuardedStore:
                     results = store.decide(checks, dry_run)
             finally:
                 if timed:
-                    metrics.store_timed(time.perf_counter() - start)
+                    metrics.store_observed(self._metrics, time.perf_counter() - start)
         except BaseException as exc:
             return self._failed(exc, token, checks, dry_run)
         if breaker.state != CLOSED:  # this call may be the probe that closes the breaker
@@ -186,7 +186,7 @@ class GuardedStore:
                     results = await store.decide(checks, dry_run)
             finally:
                 if timed:
-                    metrics.store_timed(time.perf_counter() - start)
+                    metrics.store_observed(self._metrics, time.perf_counter() - start)
         except BaseException as exc:
             # CancelledError: the client went away (Django cancels the view) or a timeout
             # cancelled the task while it waited on Redis.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import struct
 import time
@@ -78,24 +79,23 @@ class RedisStore:
         if not checks:
             return []
         reply = self._decide(checks, dry_run)
-        if self.clock.missed(reply):
+        if reply[1] == CLOCK_MISS and self.clock.missed(reply):  # tested here: rare, a call costs
             reply = self._decide(checks, dry_run)
         return parse_reply(checks, reply)
 
     def _decide(self, checks: Sequence[Check], dry_run: bool) -> tuple[float, ...]:
-        return unpacked(self._send_decide(checks, dry_run))
-
-    def _send_decide(self, checks: Sequence[Check], dry_run: bool) -> Any:
         # EVALSHA straight away (redis-py's Script wrapper costs more per call than our
         # whole Python side); the script is loaded on NOSCRIPT, after SCRIPT FLUSH, a
         # restart or a failover, on the connection that reported it.
+        every = self.blocks.every
         if self._stack is not None:
-            return self._stack.run_packed(
-                packed_decide(checks, dry_run, self.clock, self.blocks.every), DECIDE_SOURCE
+            return unpacked(
+                self._stack.run_packed(
+                    packed_decide(checks, dry_run, self.clock, every), DECIDE_SOURCE
+                )
             )
-        return self._run_on_client(
-            DECIDE_SHA, DECIDE_SOURCE, *decide_input(checks, dry_run, self.clock, self.blocks.every)
-        )
+        args = decide_input(checks, dry_run, self.clock, every)
+        return unpacked(self._run_on_client(DECIDE_SHA, DECIDE_SOURCE, *args))
 
     def reset(self, rule: CompiledRule, identity: str) -> None:
         self.client.delete(*client_keys(rule, identity, self.clock.now()))
@@ -315,14 +315,17 @@ class RuleArgs(NamedTuple):
     """A rule's part of decide.lua's arguments: its spec and limit, for each of the four ways a
     check sends them (``heads[cost_follows + 2 * block_key_follows]``), then what follows a
     check's cost (its block duration if it has one, a bucket's burst; a calendar window's four
-    starts follow those, computed per call); the same framed in the Redis protocol; and how
-    many arguments the rule sends besides a cost."""
+    starts follow those, computed per call); the same framed in the Redis protocol; how many
+    arguments the rule sends besides a cost. Then its state keys' prefix in bytes, and framed up
+    to the client's tag (whose length is fixed: ``$<length>\r\n<prefix>``)."""
 
     heads: tuple[tuple[int, int], ...]
     tail: tuple[int, ...]
     wire_heads: tuple[bytes, ...]
     wire_tail: bytes
     n_args: int
+    prefix: bytes
+    wire_key: bytes
 
 
 def rule_args(rule: CompiledRule) -> RuleArgs:
@@ -345,7 +348,10 @@ def rule_args(rule: CompiledRule) -> RuleArgs:
         for n in range(4)
     )
     n_args = 2 + len(tail) + (0 if rule.calendar is None else 4)
-    made = RuleArgs(heads, tail, tuple(bulk(*h) for h in heads), bulk(*tail), n_args)
+    prefix = rule.state_prefix.encode("utf-8", "surrogatepass")
+    wire_key = b"$%d\r\n%s" % (len(prefix) + TAG_LENGTH, prefix)
+    wire_heads = tuple(bulk(*h) for h in heads)
+    made = RuleArgs(heads, tail, wire_heads, bulk(*tail), n_args, prefix, wire_key)
     object.__setattr__(rule, "store_args", made)  # a cache: the rule is frozen otherwise
     return made
 
@@ -394,11 +400,12 @@ def packed_decide(
     n_args = len(args)
     for check in checks:
         rule = check.rule
-        key = (rule.state_prefix + client_tag(check.identity)).encode("utf-8", "surrogatepass")
-        keys.append(b"$%d\r\n%s\r\n" % (len(key), key))
         own = rule.store_args or rule_args(rule)
+        tag = wire_tag(check.identity)
+        keys.append(own.wire_key + tag + _CRLF)
         way = 0
         if every_block or rule.block:
+            key = own.prefix + tag
             keys.append(b"$%d\r\n%s%s\r\n" % (len(key) + _BLOCK_LEN, key, _BLOCK_SUFFIX))
             way = 2
         cost = check.cost
@@ -412,12 +419,28 @@ def packed_decide(
         if rule.calendar is not None:
             args.append(bulk(*rule.calendar.starts(clock.now())))
         n_args += own.n_args
-    head = array(3 + len(keys) + n_args) + _EVALSHA_DECIDE + _bulk_int(len(keys))
+    head = _HEADS.get((len(keys), n_args))
+    if head is None:
+        head = array(3 + len(keys) + n_args) + _EVALSHA_DECIDE + _bulk_int(len(keys))
+        if len(_HEADS) < MAX_HEADS:
+            _HEADS[len(keys), n_args] = head
     return b"".join([head, *keys, *args])
+
+
+@functools.lru_cache(maxsize=16_384)  # as client_tag(): a client's tag once, not per request
+def wire_tag(identity: str) -> bytes:
+    """client_tag() in bytes (ASCII: braces around base64)."""
+    return client_tag(identity).encode("ascii")
 
 
 def _bulk_int(value: int) -> bytes:
     return _SMALL[value] if value < len(_SMALL) else bulk(value)
+
+
+# The head of a decision's EVALSHA (its length, the script, the number of keys) by the number
+# of keys and of arguments: a site's requests meet a few combinations of rules.
+_HEADS: dict[tuple[int, int], bytes] = {}
+MAX_HEADS = 256
 
 
 def unpacked(reply: bytes) -> tuple[float, ...]:
@@ -489,7 +512,8 @@ def refund_input(checks: Sequence[Check], at_us: int) -> list[Any]:
 DECIDE_SOURCE = load_lua("decide.lua")
 DECIDE_SHA = sha1(DECIDE_SOURCE)
 _EVALSHA_DECIDE = bulk("EVALSHA", DECIDE_SHA)
-_DRY = bulk("dry")
+_DRY, _CRLF = bulk("dry"), b"\r\n"
+TAG_LENGTH = len(client_tag(""))  # every tag has this length
 _BLOCK_SUFFIX = BLOCK_SUFFIX.encode("ascii")
 _BLOCK_LEN = len(_BLOCK_SUFFIX)
 _SMALL = tuple(bulk(i) for i in range(32))
