@@ -23,8 +23,9 @@ from ..choices import ALGORITHMS_WITH_BURST
 from ..compiled import CompiledRule
 from ..conf import conf
 from ..state_keys import ALGORITHM_CODES, BLOCK_SUFFIX, CALENDAR_CODE, client_tag
+from .aio_connection import async_stack
 from .base import Check, Result, state_key
-from .connections import AsyncConnectionStack, ConnectionStack
+from .connections import ConnectionStack
 from .wire import array, bulk
 
 US = 1_000_000
@@ -110,7 +111,7 @@ class AsyncRedisStore:
         self.client = client
         pool = getattr(client, "connection_pool", None)
         stackable = type(pool) in ASYNC_STACKABLE_POOLS
-        self._stack = AsyncConnectionStack(pool, one_deadline=True) if stackable else None
+        self._stack = async_stack(pool, one_deadline=True) if stackable else None
         self.clock = ServerClock()
 
     @classmethod
