@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
+from asyncio import BaseEventLoop
 from collections.abc import Callable
 from typing import Any
 
@@ -121,6 +123,7 @@ class LeanConnection(asyncio.Protocol):
     the server is ``closed`` and never sent anything again."""
 
     __slots__ = (
+        "clock",
         "closed",
         "deadline",
         "loop",
@@ -134,6 +137,8 @@ class LeanConnection(asyncio.Protocol):
 
     def __init__(self, loop: asyncio.AbstractEventLoop, options: Options, name: str) -> None:
         self.loop = loop
+        # asyncio's own loops read time.monotonic() through a method; call it directly.
+        self.clock = time.monotonic if type(loop).time is BaseEventLoop.time else loop.time
         self.reader = options.reader()
         self.timeout = options.timeout
         self.name = name  # host:port, for error messages
@@ -151,7 +156,7 @@ class LeanConnection(asyncio.Protocol):
         self.waiter = waiter
         self.transport.write(packed)
         if self.timeout is not None:
-            self.deadline = deadline = self.loop.time() + self.timeout
+            self.deadline = deadline = self.clock() + self.timeout
             if self.timer is None:
                 self.timer = self.loop.call_at(deadline, self._check_deadline)
         return waiter
