@@ -110,6 +110,24 @@ def test_every_algorithm_admits_exactly_the_limit_async(
     assert run(body) == [True] * 5 + [False] * 3
 
 
+def test_async_masters_are_reached_on_lean_connections(cluster: ClusterHarness) -> None:
+    from django_throttle.store.aio_connection import LeanConnectionStack
+
+    cluster.flushall()
+    limit = make_rule("fixed_window", 5)
+
+    async def body() -> list[Any]:
+        store = AsyncClusterStore.from_url(cluster.url)
+        try:
+            await store.decide([Check(limit, f"ip:203.0.113.{n}") for n in range(20)])
+            return list(store._stacks.values())
+        finally:
+            await store.aclose()
+
+    stacks = run(body)
+    assert stacks and all(isinstance(s, LeanConnectionStack) for s in stacks)
+
+
 def test_the_rules_of_one_client_are_one_call(cluster: ClusterHarness, store: ClusterStore) -> None:
     rules = [make_rule(a, 10, rule_id=n) for n, a in enumerate(ALGORITHMS, 1)]
     checks = [Check(r, "ip:203.0.113.10") for r in rules]

@@ -197,6 +197,30 @@ def test_sentinel_decisions_get_the_decision_timeouts(settings: Any, group: Sent
     client.close()
 
 
+def test_async_sentinel_decisions_on_lean_connections(settings: Any, group: SentinelGroup) -> None:
+    """The asyncio store asks the Sentinels for the primary and decides on a lean connection."""
+    from django_throttle.store.aio_connection import LeanConnectionStack
+    from django_throttle.store.redis import AsyncRedisStore
+
+    throttle_settings(settings, sentinel_cache(group))
+    limit = make_rule("fixed_window", 2)
+
+    async def body() -> tuple[Any, list[bool]]:
+        store = AsyncRedisStore.from_cache("default")
+        try:
+            outcomes = [(await store.decide([Check(limit, "ip:1")]))[0].allowed for _ in range(3)]
+            return store._stack, outcomes
+        finally:
+            await store.aclose()
+
+    stack, outcomes = run(body)
+    assert isinstance(stack, LeanConnectionStack)
+    assert outcomes == [True, True, False]
+    primary = group.master()
+    with closing(redis.Redis(port=primary.port)) as direct:
+        assert direct.info("commandstats")["cmdstat_evalsha"]["calls"] >= 3
+
+
 @pytest.mark.django_db
 @pytest.mark.parametrize("asgi", [False, True], ids=["wsgi", "asgi"])
 def test_a_hung_sentinel_primary_costs_one_decision_timeout(

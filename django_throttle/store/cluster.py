@@ -19,9 +19,10 @@ from redis.exceptions import AskError, MovedError, NoScriptError, ResponseError
 from ..compiled import CompiledRule
 from ..conf import conf
 from ..state_keys import BLOCK_SUFFIX, client_tag
+from .aio_connection import AsyncStack, acall_any, async_stack
 from .base import BlockReads, Check, Result, client_keys
 from .breaker import NodeBreakers
-from .connections import AsyncConnectionStack, ConnectionStack, acall, call, keeps
+from .connections import ConnectionStack, call, keeps
 from .errors import STORE_ERRORS
 from .redis import (
     BLOCK_SHA,
@@ -492,8 +493,8 @@ class ClusterStore(_Cluster):
 class AsyncClusterStore(_Cluster):
     """The same through redis.asyncio's RedisCluster; groups are awaited together."""
 
-    _call = staticmethod(acall)
-    _stacks: dict[str, AsyncConnectionStack]
+    _call = staticmethod(acall_any)
+    _stacks: dict[str, AsyncStack]
 
     def __init__(self, client: Any) -> None:
         super().__init__(client)
@@ -528,12 +529,12 @@ class AsyncClusterStore(_Cluster):
         self._suspect = None
         self.node_breakers.keep(self.client.nodes_manager.nodes_cache)
 
-    def _stack(self, node: Any) -> AsyncConnectionStack:
+    def _stack(self, node: Any) -> AsyncStack:
         stack = self._stacks.get(node.name)
         if stack is None:
             kwargs = decision_kwargs()
             kwargs["retry"] = AsyncRetry(NoBackoff(), 0)
-            stack = self._stacks[node.name] = AsyncConnectionStack(node, **kwargs)
+            stack = self._stacks[node.name] = async_stack(node, **kwargs)
         return stack
 
     async def _run(self, slot: int, sha: str, source: str, args: list[Any]) -> Any:

@@ -179,7 +179,8 @@ class GuardedStore:
         start = time.perf_counter() if timed else 0.0
         try:
             try:
-                store = await self.async_backend()
+                entry = self._async.get(asyncio.get_running_loop())
+                store = entry[0] if entry is not None else await self.async_backend()
                 if isinstance(store, AsyncClusterStore):
                     results = await adrive(self._on_cluster(store, checks, dry_run))
                 else:

@@ -25,8 +25,9 @@ from ..choices import ALGORITHMS_WITH_BURST
 from ..compiled import CompiledRule
 from ..conf import conf
 from ..state_keys import ALGORITHM_CODES, BLOCK_SUFFIX, CALENDAR_CODE, client_tag
+from .aio_connection import async_stack
 from .base import BlockReads, Check, Result, client_keys, state_key
-from .connections import AsyncConnectionStack, ConnectionStack
+from .connections import ConnectionStack
 from .wire import array, bulk
 
 US = 1_000_000
@@ -117,7 +118,7 @@ class AsyncRedisStore:
         self.client = client
         pool = getattr(client, "connection_pool", None)
         stackable = type(pool) in ASYNC_STACKABLE_POOLS
-        self._stack = AsyncConnectionStack(pool, one_deadline=True) if stackable else None
+        self._stack = async_stack(pool, one_deadline=True) if stackable else None
         self.clock = ServerClock()
         self.blocks = BlockReads()
 
@@ -136,8 +137,13 @@ class AsyncRedisStore:
     async def decide(self, checks: Sequence[Check], dry_run: bool = False) -> list[Result]:
         if not checks:
             return []
-        reply = await self._decide(checks, dry_run)
-        if self.clock.missed(reply):
+        stack = self._stack
+        if stack is not None:  # awaited here: each coroutine on the way costs on the hot path
+            packed = packed_decide(checks, dry_run, self.clock, self.blocks.every)
+            reply = unpacked(await stack.run_packed(packed, DECIDE_SOURCE))
+        else:
+            reply = await self._decide(checks, dry_run)
+        if reply[1] == CLOCK_MISS and self.clock.missed(reply):
             reply = await self._decide(checks, dry_run)
         return parse_reply(checks, reply)
 
