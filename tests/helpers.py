@@ -21,6 +21,16 @@ def statuses(client: Any, path: str, times: int, method: str = "get", **extra: A
     return [getattr(client, method)(path, **extra).status_code for _ in range(times)]
 
 
+def window_keys(redis_client: Any) -> list[bytes]:
+    """The keys of fixed windows and sliding window counters in Redis: ``<state key>:<window>``
+    (a state key ends with its client's ``{tag}``), not the rejection log's or the rules'."""
+    return [
+        key
+        for key in redis_client.keys("thr:*}:*")
+        if key.rsplit(b":", 1)[1].isdigit() and not key.startswith(b"thr:rej")
+    ]
+
+
 def run(make_coroutine: Callable[[], Awaitable[Any]]) -> Any:
     """Run an async test body in a fresh event loop, as an async view under WSGI runs;
     Django's sync_to_async calls come back to this thread, so the test database (one

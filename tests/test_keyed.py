@@ -16,7 +16,7 @@ from django_throttle import aacquire, acheck_key, acquire, check_key
 from django_throttle.models import Override, Rejection
 from django_throttle.rejection_log import flush
 from tests.engine_helpers import acquire_worker
-from tests.helpers import rule, run
+from tests.helpers import rule, run, window_keys
 
 pytestmark = pytest.mark.django_db
 
@@ -60,7 +60,7 @@ def test_a_dry_run_counts_nothing_and_rejections_are_recorded() -> None:
 
 def test_a_scope_without_rules_admits_and_counts_nothing(redis_client: Any) -> None:
     assert check_key("nothing-here", "tenant:1").allowed
-    assert redis_client.keys("thr:*}") == []
+    assert redis_client.keys("thr:*}") == [] and window_keys(redis_client) == []
 
 
 @pytest.mark.parametrize(

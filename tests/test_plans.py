@@ -11,6 +11,7 @@ from django.contrib.auth.models import Group, User
 
 from django_throttle.models import Override, Rule
 from django_throttle.state_keys import base36, client_tag
+from tests.helpers import window_keys
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("throttle_middleware")]
 
@@ -117,4 +118,5 @@ def test_staff_are_counted_by_no_plan(
     responses = [client.get(PATH) for _ in range(5)]
     assert [r.status_code for r in responses] == [200] * 5
     assert "X-RateLimit-Limit" not in responses[-1]
-    assert redis_client.keys("thr:*}") == []  # no client state at all
+    # No client state at all: no state key, no window's key.
+    assert redis_client.keys("thr:*}") == [] and window_keys(redis_client) == []
