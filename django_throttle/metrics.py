@@ -301,13 +301,9 @@ def decided(decision: DecisionLike) -> None:
 
 def store_timed(seconds: float) -> None:
     """Observe one call to the store."""
-    m = _recording()
-    if m is None:
-        return
-    try:
-        m.store_seconds.observe(seconds)
-    except Exception:
-        _failure()
+    part = current.runtime.part(Metrics)
+    if part.on:
+        store_observed(part, seconds)
 
 
 def store_observed(part: Metrics, seconds: float) -> None:
