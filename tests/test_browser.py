@@ -7,9 +7,7 @@ The screenshots go to ``test-artifacts/``.
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import os
 import time
 from functools import partial
 from pathlib import Path
@@ -20,11 +18,11 @@ from django.test import RequestFactory
 
 from django_throttle import check
 from django_throttle.rejection_log import flush, rejection_log
+from tests.external import CHROMIUM, require
 from tests.helpers import rule
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -41,14 +39,7 @@ pytestmark = pytest.mark.slow
 
 
 def require_browser() -> None:
-    missing = [CHROMIUM] if not os.path.exists(CHROMIUM) else []
-    if importlib.util.find_spec("playwright") is None:
-        missing.append("the playwright package")
-    if missing:
-        message = "browser test needs " + " and ".join(missing)
-        if os.environ.get("CI"):
-            pytest.fail(message + " (CI must run it: .ci/run installs chromium)")
-        pytest.skip(message)
+    require("browser")
 
 
 def traffic() -> None:

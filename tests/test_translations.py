@@ -17,6 +17,7 @@ from django.test import Client
 from django.utils import translation
 
 from django_throttle.models import Rule
+from tests.external import require
 
 PACKAGE = Path(__file__).resolve().parent.parent / "django_throttle"
 LANGUAGES = ("ko", "ja", "zh_Hans", "de", "fr", "es", "pt_BR")
@@ -200,7 +201,7 @@ def test_the_compiled_catalogue_matches_its_source(language):
 def test_makemessages_leaves_no_string_untranslated(tmp_path, monkeypatch):
     """A string marked in the code or a template since the catalogues were last refreshed shows
     up here: refresh them with scripts/messages and translate what it adds."""
-    assert shutil.which("xgettext"), "makemessages needs GNU gettext: apt-get install gettext"
+    require("gettext")
     copy = tmp_path / "django_throttle"
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__", "*.mo"))
     monkeypatch.chdir(copy)

@@ -20,6 +20,7 @@ from asyncio import BaseEventLoop
 from collections.abc import Callable
 from typing import Any
 
+import redis.asyncio.cluster
 from redis._parsers.base import BaseParser
 from redis.asyncio.connection import Connection, SSLConnection, UnixDomainSocketConnection
 from redis.asyncio.sentinel import SentinelManagedConnection, SentinelManagedSSLConnection
@@ -41,7 +42,11 @@ _PLAIN = (Connection, SSLConnection, UnixDomainSocketConnection)
 _SENTINEL = (SentinelManagedConnection, SentinelManagedSSLConnection)
 
 _NOT_ENOUGH = object()  # hiredis's answer while a reply is incomplete
-_parse_error: Callable[[str], Exception] = BaseParser.parse_error
+# Error replies become redis-py's exceptions. redis-py 5.0 maps a cluster's redirections
+# (MOVED, ASK, TRYAGAIN...) in its cluster parser only; later releases in the base parser.
+_parse_error: Callable[[str], Exception] = getattr(
+    redis.asyncio.cluster, "ClusterParser", BaseParser
+).parse_error
 
 
 class Options:
