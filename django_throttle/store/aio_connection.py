@@ -305,8 +305,6 @@ async def _open(
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
             sock.setblocking(False)
-            if family != socket.AF_UNIX:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             await within(
                 options.connect_timeout,
                 loop.sock_connect(sock, address),
