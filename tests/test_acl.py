@@ -17,6 +17,7 @@ from django_throttle import block_key, check, check_key, refund, refund_key
 from django_throttle.compiled import build_rule
 from django_throttle.rules.cache import RedisVersion
 from django_throttle.store import Check, ClusterStore, get_store
+from django_throttle.store.redis import DECIDE_SHA
 from tests.engine_helpers import ALGORITHMS
 from tests.helpers import rule
 from tests.redis_server import RedisServer
@@ -60,6 +61,8 @@ def test_the_primary_user_is_enough(settings: Any, rf: Any, redis_server: RedisS
             rule(f"g{n}", f"given{n}", 1, algorithm=algorithm, fail_mode="closed")
         rule("leases", "leases", 1, algorithm="concurrency")
         RedisVersion().bump()
+        with closing(redis.Redis(port=redis_server.port)) as admin:
+            admin.script_flush()  # the first decision runs the script with EVAL
         for n in range(len(ALGORITHMS)):
             decisions = [check(rf.get("/"), f"scope{n}") for _ in range(3)]
             assert [d.allowed for d in decisions] == [True, True, False]
@@ -82,6 +85,36 @@ def test_the_primary_user_is_enough(settings: Any, rf: Any, redis_server: RedisS
         store.reset(limit, "ip:1")
         assert store.decide([Check(limit, "ip:1")])[0].allowed
         assert denied(redis_server.port) == []
+    finally:
+        with closing(redis.Redis(port=redis_server.port)) as admin:
+            admin.execute_command("ACL", "DELUSER", "throttle")
+            admin.execute_command("ACL", "LOG", "RESET")
+
+
+@pytest.mark.django_db
+def test_a_user_without_eval_still_reloads_the_script(
+    settings: Any, rf: Any, redis_server: RedisServer
+) -> None:
+    """The guide's user before it allowed EVAL: after NOSCRIPT the script is loaded, then
+    run, in two round trips."""
+    if not redis_server.managed:
+        pytest.skip("changes the users of a redis-server the harness runs; unset REDIS_URL")
+    single, _ = acl_lines()
+    set_user(redis_server.port, [a for a in single if a != "+eval"])
+    try:
+        url = f"redis://throttle:{PASSWORD}@127.0.0.1:{redis_server.port}/0"
+        settings.CACHES = {
+            **settings.CACHES,
+            "default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": url},
+        }
+        rule("r", "scope", 2, algorithm="fixed_window", fail_mode="closed")
+        with closing(redis.Redis(port=redis_server.port)) as admin:
+            admin.script_flush()
+            decisions = [check(rf.get("/"), "scope") for _ in range(3)]
+            assert [d.allowed for d in decisions] == [True, True, False]
+            assert not decisions[-1].unavailable
+            assert admin.script_exists(DECIDE_SHA) == [True]
+        assert denied(redis_server.port) != []  # EVAL, refused: then SCRIPT LOAD and EVALSHA
     finally:
         with closing(redis.Redis(port=redis_server.port)) as admin:
             admin.execute_command("ACL", "DELUSER", "throttle")

@@ -18,16 +18,19 @@ import socket
 import time
 from asyncio import BaseEventLoop
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import redis.asyncio.cluster
 from redis._parsers.base import BaseParser
 from redis.asyncio.connection import Connection, SSLConnection, UnixDomainSocketConnection
 from redis.asyncio.sentinel import SentinelManagedConnection, SentinelManagedSSLConnection
-from redis.exceptions import ConnectionError, InvalidResponse, NoScriptError, ResponseError
+from redis.exceptions import ConnectionError, InvalidResponse, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .connections import AsyncConnectionStack, Command, acall, demoted, keeps
+from .connections import AsyncConnectionStack, Command, LoopStack, acall, recovered
+from .deadlines import connected, waiting, within
+from .steps import adrive
 
 try:
     import hiredis
@@ -217,6 +220,11 @@ class LeanConnection(asyncio.Protocol):
         if timer is not None and self.deadline > timer.when():
             self.timer = self.loop.call_at(self.deadline, self._check_deadline)
             return
+        if waiting(self.transport.get_extra_info("socket")):
+            # The reply is there and the loop was busy: it reads it on its next turn, before
+            # this timer (call_at(now) runs after that turn's I/O) looks again.
+            self.timer = self.loop.call_at(self.loop.time(), self._check_deadline)
+            return
         self._fail(RedisTimeoutError(f"Timeout reading from {self.name}"))
 
     def _fail(self, error: Exception) -> None:
@@ -246,9 +254,11 @@ def pack(args: tuple[Any, ...]) -> bytes:
 
 
 async def connect(options: Options) -> LeanConnection:
-    """A new connection, through AUTH, SELECT and CLIENT SETNAME; to the primary the Sentinels
-    name, for a Sentinel pool. The connect (TCP and TLS) is bounded by the connect timeout,
-    each handshake command by the socket timeout."""
+    """A new connection, through AUTH, SELECT and CLIENT SETNAME (or a PING): no command is
+    sent on it before the server has answered one. To the primary the Sentinels name, for a
+    Sentinel pool. The connect (TCP, then TLS) is bounded by the connect timeout, each
+    handshake command by the socket timeout, timed by the server's answer
+    (store/deadlines.py)."""
     loop = asyncio.get_running_loop()
     host, port = options.host, options.port
     if options.sentinel_pool is not None:
@@ -256,19 +266,7 @@ async def connect(options: Options) -> LeanConnection:
     name = options.path or f"{host}:{port}"
     conn = LeanConnection(loop, options, name)
     try:
-        if options.path:
-            opening = loop.create_unix_connection(lambda: conn, options.path, ssl=options.ssl)
-        else:
-            opening = loop.create_connection(
-                lambda: conn,
-                host,
-                port,
-                ssl=options.ssl,
-                server_hostname=host if options.ssl else None,
-            )
-        await asyncio.wait_for(opening, options.connect_timeout)
-    except asyncio.TimeoutError as exc:
-        raise RedisTimeoutError(f"Timeout connecting to {name}") from exc
+        await _open(loop, options, conn, host, port, name)
     except OSError as exc:
         raise ConnectionError(f"Error connecting to {name}: {exc}") from exc
     try:
@@ -285,6 +283,75 @@ async def connect(options: Options) -> LeanConnection:
     return conn
 
 
+async def _open(
+    loop: asyncio.AbstractEventLoop,
+    options: Options,
+    conn: LeanConnection,
+    host: str,
+    port: int,
+    name: str,
+) -> None:
+    """Connect ``conn``'s socket. The connect timeout bounds what the server does (accept the
+    TCP connection, answer the TLS handshake), not what the loop does between: a socket
+    already connected, or with bytes waiting, is the loop's to finish."""
+    if options.path:
+        addresses: list[tuple[int, Any]] = [(socket.AF_UNIX, options.path)]
+    else:
+        found = await within(
+            options.connect_timeout,
+            loop.getaddrinfo(host, port, type=socket.SOCK_STREAM),
+            lambda: False,
+            lambda: RedisTimeoutError(f"Timeout resolving {name}"),
+            stretch=True,
+        )
+        addresses = [(info[0], info[4]) for info in found]
+    error: OSError | None = None
+    for family, address in addresses:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setblocking(False)
+            await within(
+                options.connect_timeout,
+                loop.sock_connect(sock, address),
+                partial(connected, sock),
+                lambda: RedisTimeoutError(f"Timeout connecting to {name}"),
+            )
+        except OSError as exc:
+            sock.close()
+            error = exc
+            continue
+        except BaseException:
+            sock.close()
+            raise
+        break
+    else:
+        raise error or OSError(f"no address for {name}")
+    try:
+        if options.ssl is None:  # the loop's work only: no deadline
+            if family == socket.AF_UNIX:
+                await loop.create_unix_connection(lambda: conn, sock=sock)
+            else:
+                await loop.create_connection(lambda: conn, sock=sock)
+        else:
+            tls = (
+                loop.create_unix_connection(lambda: conn, sock=sock, ssl=options.ssl)
+                if family == socket.AF_UNIX
+                else loop.create_connection(
+                    lambda: conn, sock=sock, ssl=options.ssl, server_hostname=host
+                )
+            )
+            await within(
+                options.connect_timeout,
+                tls,
+                partial(waiting, sock),
+                lambda: RedisTimeoutError(f"Timeout connecting to {name}"),
+                stretch=True,  # the loop's own turns between the handshake's messages
+            )
+    except BaseException:
+        sock.close()
+        raise
+
+
 def handshake(options: Options) -> list[tuple[Any, ...]]:
     """What a new connection says first, as redis-py's does (RESP2: the decision's replies are
     integers and arrays in either protocol; no CLIENT SETINFO, which only labels a client)."""
@@ -298,28 +365,31 @@ def handshake(options: Options) -> list[tuple[Any, ...]]:
         commands.append(("CLIENT", "SETNAME", options.client_name))
     if options.db:
         commands.append(("SELECT", options.db))
-    return commands
+    # A TCP connect is made by the kernel even while the server is stopped (SIGSTOP): a command
+    # sent now would run whenever it resumes. The breaker's probe sends its decision only
+    # once the server has answered.
+    return commands or [("PING",)]
 
 
-class LeanConnectionStack:
-    """AsyncConnectionStack's behaviour (reuse, NOSCRIPT, the connections a failure closes,
-    the one retry after READONLY) over lean connections, in one event loop."""
+class LeanConnectionStack(LoopStack):
+    """LoopStack over lean connections."""
 
     def __init__(self, pool: Any, options: Options) -> None:
+        super().__init__()
         self.pool = pool
         self.options = options
-        self._idle: list[LeanConnection] = []
 
-    async def take(self) -> LeanConnection:
-        idle = self._idle
-        while idle:
-            conn = idle.pop()
-            if not conn.closed:  # one the server closed while idle is dropped
-                return conn
+    async def _connect(self) -> LeanConnection:
         return await connect(self.options)
 
-    def give(self, conn: LeanConnection) -> None:
-        self._idle.append(conn)
+    async def _usable(self, conn: LeanConnection) -> bool:
+        return not conn.closed  # the loop saw the server close it while idle
+
+    async def _close(self, conn: LeanConnection) -> None:
+        conn.close()
+
+    def send(self, conn: LeanConnection, command: Command) -> asyncio.Future[Any]:
+        return conn.send(command if isinstance(command, bytes) else pack(command))
 
     async def execute(self, *args: Any) -> Any:
         """Send one command and return its reply."""
@@ -332,57 +402,23 @@ class LeanConnectionStack:
         except BaseException as exc:
             await self.lost(conn, exc)
             raise
-        self._idle.append(conn)
+        self.give(conn)
         return reply
-
-    async def run_script(self, sha: str, source: str, *args: Any) -> Any:
-        return await self.run_packed(("EVALSHA", sha, *args), source)
 
     async def run_packed(self, command: Command, source: str, again: bool = True) -> Any:
         idle = self._idle
         conn = idle.pop() if idle else None
         if conn is None or conn.closed:
             conn = await self.take()
-        packed = command if isinstance(command, bytes) else pack(command)
         try:
-            try:
-                reply = await conn.send(packed)
-            except NoScriptError:  # loaded on the server this connection reaches
-                await conn.send(pack(("SCRIPT", "LOAD", source)))
-                reply = await conn.send(packed)
-        except ResponseError as exc:
-            await self.settle(conn, exc)
-            if again and demoted(exc):
-                return await self.run_packed(command, source, again=False)
-            raise
+            reply = await conn.send(command if isinstance(command, bytes) else pack(command))
         except BaseException as exc:
-            await self.lost(conn, exc)  # timed out, broken or cancelled: its reply may still come
-            if again and demoted(exc):
-                return await self.run_packed(command, source, again=False)
-            raise
-        idle.append(conn)
-        return reply
-
-    async def settle(self, conn: LeanConnection, error: ResponseError) -> None:
-        """After an error reply read whole: keep the connection, unless its server is gone."""
-        if keeps(error):
-            self._idle.append(conn)
+            return await adrive(recovered(self, conn, command, source, exc, again))
+        if self._waiters:
+            self.give(conn)
         else:
-            await self.lost(conn, error)
-
-    async def lost(self, conn: LeanConnection, error: BaseException) -> None:
-        """Close a connection that failed; after a store error, the idle ones too."""
-        conn.close()
-        if isinstance(error, Exception):  # not a cancelled task: the server failed
-            self._close_idle()
-
-    def _close_idle(self) -> None:
-        idle, self._idle = self._idle, []
-        for conn in idle:
-            conn.close()
-
-    async def disconnect(self) -> None:
-        self._close_idle()
+            idle.append(conn)
+        return reply
 
 
 AsyncStack = AsyncConnectionStack | LeanConnectionStack

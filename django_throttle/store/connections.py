@@ -13,8 +13,10 @@ import socket
 import struct
 import sys
 import weakref
-from collections.abc import Awaitable
-from typing import Any, TypeVar
+from collections import deque
+from collections.abc import Callable
+from functools import partial
+from typing import Any
 
 from redis import ConnectionPool
 from redis._parsers import hiredis as hiredis_parser
@@ -22,6 +24,7 @@ from redis.connection import Connection, UnixDomainSocketConnection
 from redis.exceptions import (
     ClusterDownError,
     ConnectionError,
+    NoPermissionError,
     NoScriptError,
     ReadOnlyError,
     ResponseError,
@@ -29,7 +32,8 @@ from redis.exceptions import (
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.sentinel import SentinelConnectionPool
 
-T = TypeVar("T")
+from .deadlines import waiting, within
+from .steps import Steps, adrive, drive
 
 _stacks: weakref.WeakSet[ConnectionStack] = weakref.WeakSet()
 
@@ -164,8 +168,8 @@ class ConnectionStack:
         return reply
 
     def run_script(self, sha: str, source: str, *args: Any) -> Any:
-        """EVALSHA, loading the script on this same connection if its server lacks it; once
-        more on a new connection if the server has become a replica."""
+        """EVALSHA, the script run from its source on this same connection if its server lacks
+        it; once more on a new connection if the server has become a replica (recovered())."""
         return self.run_packed(("EVALSHA", sha, *args), source)
 
     def run_packed(self, command: Command, source: str, again: bool = True) -> Any:
@@ -174,21 +178,17 @@ class ConnectionStack:
         conn = self.take()
         try:
             if self.direct:
-                reply = run_script(conn, as_bytes(conn, command), source, direct_call)
+                reply = direct_call(conn, as_bytes(conn, command))
             else:
-                reply = run_script(conn, command, source)
-        except ResponseError as exc:
-            self.settle(conn, exc)
-            if again and demoted(exc):
-                return self.run_packed(command, source, again=False)
-            raise
+                reply = call(conn, command)
         except BaseException as exc:
-            self.lost(conn, exc)
-            if again and demoted(exc):
-                return self.run_packed(command, source, again=False)
-            raise
+            return drive(recovered(self, conn, command, source, exc, again))
         self._idle.append(conn)
         return reply
+
+    def send(self, conn: Any, command: Command) -> Any:
+        """One command on a connection this stack took."""
+        return direct_call(conn, as_bytes(conn, command)) if self.direct else call(conn, command)
 
     def settle(self, conn: Any, error: ResponseError) -> None:
         """After an error reply read whole: keep the connection, unless its server is gone."""
@@ -220,15 +220,58 @@ def call(conn: Any, command: Command) -> Any:
     return conn.read_response()
 
 
-def run_script(conn: Any, command: Command, source: str, send: Any = call) -> Any:
-    """An EVALSHA, the script loaded on this connection's server if it lacks it (``send``:
-    call, or direct_call of a command in bytes)."""
+# What a packed EVALSHA of a script's sha starts with, after its count of arguments.
+_EVALSHA_HEAD = b"$7\r\nEVALSHA\r\n$40\r\n"
+_SHA_AND_CRLF = 42
+
+
+def as_eval(command: Command, source: str) -> Command:
+    """An EVALSHA ``command`` as the EVAL of ``source`` with the same keys and arguments."""
+    if not isinstance(command, bytes):
+        return ("EVAL", source, *command[2:])
+    head = command.index(b"\r\n") + 2  # *<count>\r\n: EVAL takes as many arguments
+    if not command.startswith(_EVALSHA_HEAD, head):
+        raise ValueError(f"not an EVALSHA of a script's sha: {command[:64]!r}")
+    body = source.encode("utf-8")
+    rest = command[head + len(_EVALSHA_HEAD) + _SHA_AND_CRLF :]
+    return b"%s$4\r\nEVAL\r\n$%d\r\n%s\r\n%s" % (command[:head], len(body), body, rest)
+
+
+def reloaded(send: Callable[[Command], Any], command: Command, source: str) -> Steps[Any]:
+    """After NOSCRIPT: the script run from its source, EVAL caching it as it runs it; one round
+    trip, so a SCRIPT FLUSH from elsewhere cannot come between loading and running it. Where
+    an ACL refuses EVAL (docs/deploying.md's user before it allowed it), loaded, then run."""
     try:
-        return send(conn, command)
-    except NoScriptError:
-        load = ("SCRIPT", "LOAD", source)
-        send(conn, as_bytes(conn, load) if send is direct_call else load)
-        return send(conn, command)
+        return (yield send, (as_eval(command, source),))
+    except NoPermissionError:
+        yield send, (("SCRIPT", "LOAD", source),)
+        return (yield send, (command,))
+
+
+def recovered(
+    stack: Any, conn: Any, command: Command, source: str, error: BaseException, again: bool
+) -> Steps[Any]:
+    """What follows a script call on ``conn`` that raised ``error``, for every stack (steps
+    driven by drive() or adrive(): its ``send``, ``settle``, ``lost`` and ``run_packed`` are
+    sync or async alike). NOSCRIPT is a reload on the same connection (reloaded()); an error
+    reply keeps the connection unless its server is gone; anything else closes it; a server
+    that has become a replica gets the call once more, on a new connection."""
+    try:
+        if not isinstance(error, NoScriptError):
+            raise error
+        reply = yield from reloaded(partial(stack.send, conn), command, source)
+    except ResponseError as exc:
+        yield stack.settle, (conn, exc)
+        if again and demoted(exc):
+            return (yield stack.run_packed, (command, source, False))
+        raise
+    except BaseException as exc:
+        yield stack.lost, (conn, exc)  # timed out, broken or cancelled: its reply may still come
+        if again and demoted(exc):
+            return (yield stack.run_packed, (command, source, False))
+        raise
+    stack.give(conn)
+    return reply
 
 
 def reads_directly(conn: Any) -> bool:
@@ -338,52 +381,104 @@ def _readable(conn: Any) -> bool:
 _WATCH = "_django_throttle_poll"
 
 
-class AsyncConnectionStack:
-    """The same for redis.asyncio, in one event loop (the store is built per loop).
+# Connects a stack of an event loop makes at a time. A burst of decisions on a new (or
+# emptied) stack waits for a connection given back or made, rather than opening one each:
+# twenty connects at once on a busy loop each wait on the others' turns.
+MAX_CONNECTING = 1
 
-    ``one_deadline``: the socket timeout bounds each command as a whole, with one
-    ``asyncio.timeout`` (Python 3.11+), instead of redis-py's timeout per send and per read,
-    whose send goes through ``asyncio.wait_for``: a task made per command on Python 3.11. A
-    command past its deadline raises redis-py's TimeoutError, as redis-py's own would."""
 
-    def __init__(self, pool: Any, *, one_deadline: bool = False, **overrides: Any) -> None:
-        self.pool = pool  # a pool, or anything with its connection_class and connection_kwargs
-        self._connection_class = pool.connection_class
-        self._kwargs = {**pool.connection_kwargs, **overrides}
+class LoopStack:
+    """What the event loop's stacks share (the store, and so each stack, is built per loop):
+    idle connections, the connects made one at a time (MAX_CONNECTING), the script policy
+    (recovered()) and the connections a failure closes. A stack's own I/O: ``_connect``,
+    ``_usable``, ``_close`` and ``send``."""
+
+    def __init__(self) -> None:
         self._idle: list[Any] = []
-        timeout = self._kwargs.get("socket_timeout")
-        usable = one_deadline and timeout and hasattr(asyncio, "timeout")
-        self._deadline: float | None = timeout if usable else None
+        # Decisions waiting for a connection: given one, None when they may connect, or the
+        # error of the connect they waited for.
+        self._waiters: deque[asyncio.Future[Any]] = deque()
+        self._connecting = 0
 
-    async def _bounded(self, command: Awaitable[T]) -> T:
-        if self._deadline is None:
-            return await command
-        try:
-            async with asyncio.timeout(self._deadline):  # type: ignore[attr-defined,unused-ignore]
-                return await command
-        except TimeoutError as exc:  # only the deadline's: a cancellation goes on as it is
-            raise RedisTimeoutError("Timeout reading from the store") from exc
+    async def _connect(self) -> Any:
+        raise NotImplementedError
+
+    async def _usable(self, conn: Any) -> bool:
+        """Whether an idle connection may be used (else it is closed)."""
+        raise NotImplementedError
+
+    async def _close(self, conn: Any) -> None:
+        raise NotImplementedError
+
+    def send(self, conn: Any, command: Command) -> Any:
+        """One command on a connection this stack took: an awaitable of its reply."""
+        raise NotImplementedError
 
     async def take(self) -> Any:
-        try:
-            conn = self._idle.pop()
-        except IndexError:
-            conn = self._connection_class(**self._kwargs)
-        else:
-            try:
-                if not await _can_read(conn):
+        while True:
+            idle = self._idle
+            while idle:
+                conn = idle.pop()
+                if await self._usable(conn):
+                    if self._waiters and self._connecting < MAX_CONNECTING:
+                        self._wake()  # a waiter connects meanwhile
                     return conn
-            except ConnectionError:
-                pass
-            await conn.disconnect(nowait=True)
-            # A new one: with the socket timeout, which bounds its handshake's reads.
-            conn = self._connection_class(**self._kwargs)
-        await conn.connect()
-        if self._deadline is not None:
-            conn.socket_timeout = None  # from now on each command is bounded as a whole
+            if self._connecting < MAX_CONNECTING:
+                return await self._connect_one()
+            conn = await self._wait()
+            if conn is not None:
+                return conn
+
+    async def _connect_one(self) -> Any:
+        self._connecting += 1
+        try:
+            conn = await self._connect()
+        except Exception as exc:  # the server's answer: the waiters' connects would get it too
+            self._connecting -= 1
+            waiters, self._waiters = self._waiters, deque()
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_exception(exc)
+            raise
+        except BaseException:  # cancelled: the next waiter connects instead
+            self._connecting -= 1
+            self._wake()
+            raise
+        self._connecting -= 1
+        self._wake()  # the next connection is made while this one serves
         return conn
 
+    async def _wait(self) -> Any:
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            # Handed a connection (or the turn to connect) as it was cancelled: pass it on.
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                handed = waiter.result()
+                if handed is None:
+                    self._wake()
+                else:
+                    self.give(handed)
+            raise
+
+    def _wake(self) -> None:
+        """Let the first waiter connect."""
+        waiters = self._waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
     def give(self, conn: Any) -> None:
+        waiters = self._waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(conn)
+                return
         self._idle.append(conn)
 
     async def run_script(self, sha: str, source: str, *args: Any) -> Any:
@@ -392,37 +487,104 @@ class AsyncConnectionStack:
     async def run_packed(self, command: Command, source: str, again: bool = True) -> Any:
         conn = await self.take()
         try:
-            reply = await self._bounded(arun_script(conn, command, source))
-        except ResponseError as exc:
-            await self.settle(conn, exc)
-            if again and demoted(exc):
-                return await self.run_packed(command, source, again=False)
-            raise
+            reply = await self.send(conn, command)
         except BaseException as exc:
-            await self.lost(conn, exc)
-            if again and demoted(exc):
-                return await self.run_packed(command, source, again=False)
-            raise
-        self._idle.append(conn)
+            return await adrive(recovered(self, conn, command, source, exc, again))
+        if self._waiters:
+            self.give(conn)
+        else:
+            self._idle.append(conn)
         return reply
 
     async def settle(self, conn: Any, error: ResponseError) -> None:
+        """After an error reply read whole: keep the connection, unless its server is gone."""
         if keeps(error):
-            self._idle.append(conn)
+            self.give(conn)
         else:
             await self.lost(conn, error)
 
     async def lost(self, conn: Any, error: BaseException) -> None:
-        await conn.disconnect(nowait=True)
+        """Close a connection that failed; after a store error, the idle ones too."""
+        await self._close(conn)
         if isinstance(error, Exception):  # not a cancelled task: the server failed
             idle, self._idle = self._idle, []
             for other in idle:
-                await other.disconnect(nowait=True)
+                await self._close(other)
+        self._wake()  # it is not given back: a waiter connects instead
 
     async def disconnect(self) -> None:
         idle, self._idle = self._idle, []
         for conn in idle:
-            await conn.disconnect()
+            await self._close(conn)
+        waiters, self._waiters = self._waiters, deque()
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_exception(ConnectionError("the store's connections were closed"))
+
+
+class AsyncConnectionStack(LoopStack):
+    """LoopStack over redis.asyncio's connections.
+
+    ``one_deadline``: the socket timeout bounds each command as a whole, and the connect
+    timeout (plus the socket timeout, for the handshake) a new connection, each timed by the
+    server's answer rather than the loop's turns (store/deadlines.py); instead of redis-py's
+    timeout per send and per read, whose send goes through ``asyncio.wait_for``. A command
+    past its deadline raises redis-py's TimeoutError, as redis-py's own would."""
+
+    def __init__(self, pool: Any, *, one_deadline: bool = False, **overrides: Any) -> None:
+        super().__init__()
+        self.pool = pool  # a pool, or anything with its connection_class and connection_kwargs
+        self._connection_class = pool.connection_class
+        self._kwargs = {**pool.connection_kwargs, **overrides}
+        timeout = self._kwargs.get("socket_timeout")
+        self._deadline: float | None = timeout if one_deadline and timeout else None
+        self._connect_deadline: float | None = None
+        if self._deadline is not None:
+            self._connect_deadline = self._deadline + (
+                self._kwargs.get("socket_connect_timeout") or self._deadline
+            )
+            # Timed here as a whole: none of redis-py's own per connect and per read.
+            self._kwargs.update(socket_timeout=None, socket_connect_timeout=None)
+
+    async def _connect(self) -> Any:
+        conn = self._connection_class(**self._kwargs)
+        await within(
+            self._connect_deadline,
+            conn.connect(),
+            partial(_answered, conn),
+            lambda: RedisTimeoutError("Timeout connecting to the store"),
+            stretch=True,  # until its transport exists, its socket cannot be asked
+        )
+        return conn
+
+    async def _usable(self, conn: Any) -> bool:
+        try:
+            if not await _can_read(conn):
+                return True
+        except ConnectionError:
+            pass
+        await conn.disconnect(nowait=True)
+        return False
+
+    async def _close(self, conn: Any) -> None:
+        await conn.disconnect(nowait=True)
+
+    def send(self, conn: Any, command: Command) -> Any:
+        return within(
+            self._deadline,
+            acall(conn, command),
+            partial(_answered, conn),
+            lambda: RedisTimeoutError("Timeout reading from the store"),
+        )
+
+
+def _answered(conn: Any) -> bool:
+    """Whether bytes from the server wait on a redis.asyncio connection, read by the loop
+    into its stream but not yet by the command, or still in the socket."""
+    if getattr(getattr(conn, "_reader", None), "_buffer", None):
+        return True
+    writer = getattr(conn, "_writer", None)
+    return writer is not None and waiting(writer.transport.get_extra_info("socket"))
 
 
 async def _can_read(conn: Any) -> bool:
@@ -435,14 +597,6 @@ async def acall(conn: Any, command: Command) -> Any:
     packed = [command] if isinstance(command, bytes) else conn.pack_command(*command)
     await conn.send_packed_command(packed)
     return await conn.read_response()
-
-
-async def arun_script(conn: Any, command: Command, source: str) -> Any:
-    try:
-        return await acall(conn, command)
-    except NoScriptError:
-        await acall(conn, ("SCRIPT", "LOAD", source))
-        return await acall(conn, command)
 
 
 def _after_fork() -> None:

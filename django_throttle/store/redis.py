@@ -27,7 +27,8 @@ from ..conf import conf
 from ..state_keys import ALGORITHM_CODES, BLOCK_SUFFIX, CALENDAR_CODE, client_tag
 from .aio_connection import async_stack
 from .base import BlockReads, Check, Result, client_keys, state_key
-from .connections import ConnectionStack
+from .connections import Command, ConnectionStack, reloaded
+from .steps import adrive, drive
 from .wire import array, bulk
 
 US = 1_000_000
@@ -70,11 +71,15 @@ class RedisStore:
             self.client.connection_pool.disconnect()
 
     def _run_on_client(self, sha: str, source: str, *args: Any) -> Any:
+        command = ("EVALSHA", sha, *args)
         try:
-            return self.client.execute_command("EVALSHA", sha, *args)
+            return self.client.execute_command(*command)
         except NoScriptError:
-            self.client.script_load(source)
-            return self.client.execute_command("EVALSHA", sha, *args)
+            return drive(reloaded(self._execute, command, source))
+
+    def _execute(self, command: Command) -> Any:
+        assert isinstance(command, tuple)  # the client's commands are never framed here
+        return self.client.execute_command(*command)
 
     def decide(self, checks: Sequence[Check], dry_run: bool = False) -> list[Result]:
         if not checks:
@@ -168,11 +173,15 @@ class AsyncRedisStore:
     async def _run(self, sha: str, source: str, args: list[Any]) -> Any:
         if self._stack is not None:
             return await self._stack.run_script(sha, source, *args)
+        command = ("EVALSHA", sha, *args)
         try:
-            return await self.client.evalsha(sha, *args)
+            return await self.client.execute_command(*command)
         except NoScriptError:
-            await self.client.script_load(source)
-            return await self.client.evalsha(sha, *args)
+            return await adrive(reloaded(self._execute, command, source))
+
+    def _execute(self, command: Command) -> Any:
+        assert isinstance(command, tuple)  # the client's commands are never framed here
+        return self.client.execute_command(*command)
 
     async def reset(self, rule: CompiledRule, identity: str) -> None:
         await self.client.delete(*client_keys(rule, identity, self.clock.now()))
