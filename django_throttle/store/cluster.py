@@ -14,7 +14,7 @@ from typing import Any
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.crc import key_slot
-from redis.exceptions import AskError, MovedError, NoScriptError, ResponseError
+from redis.exceptions import AskError, MovedError, NoScriptError, ResponseError, TryAgainError
 
 from ..compiled import CompiledRule
 from ..conf import conf
@@ -47,6 +47,14 @@ from .steps import Steps, adrive, drive
 logger = logging.getLogger("django_throttle")
 
 SLOTS = 16384
+# Redirections one script call follows: a failover takes one, a slot map in flux a few more.
+REDIRECTIONS = 5
+PRIMARY, REPLICA = "primary", "replica"  # redis-py's server types of a node
+
+
+class Unsettled(TryAgainError):
+    """Redirections that did not settle within REDIRECTIONS (nodes disagreeing on a slot while
+    the cluster changes): like TRYAGAIN, this request only, never a node's failure."""
 
 
 def _breaker_interval() -> float:
@@ -126,6 +134,32 @@ def _refresh_kwargs(manager: Any, node: str | None) -> dict[str, Any]:
     if node is None or "last_failed_node_name" not in signature(manager.initialize).parameters:
         return {}
     return {"last_failed_node_name": node}
+
+
+def _take_over(manager: Any, slot: int, node: Any) -> None:
+    """The slot map after MOVED to ``node``: a replica of the slot's master that took over
+    takes its master's place, in the list of nodes that redis-py's map shares between the
+    slots of one range (so that range moves at once); another node takes this slot only."""
+    nodes = manager.slots_cache.get(slot)
+    if nodes and nodes[0].name == node.name:
+        return
+    if nodes and node.name in (n.name for n in nodes[1:]):
+        old = nodes[0]
+        # One assignment: a thread reading the map meanwhile sees the old list or the new.
+        nodes[:] = [node, *(n for n in nodes[1:] if n.name != node.name), old]
+        node.server_type, old.server_type = PRIMARY, REPLICA
+    else:
+        manager.slots_cache[slot] = [node]
+
+
+def _owner_in(cluster_slots: Any, slot: int) -> tuple[str, int] | None:
+    """The (host, port) of the slot's master in a CLUSTER SLOTS reply; host "" if unknown."""
+    for entry in cluster_slots:
+        if int(entry[0]) <= slot <= int(entry[1]):
+            host = entry[2][0]
+            host = host.decode() if isinstance(host, bytes) else str(host or "")
+            return host, int(entry[2][1])
+    return None
 
 
 def _still_missed(reply: Any) -> Any:
@@ -224,40 +258,66 @@ class _Cluster:
     def _refresh(self) -> Any:
         raise NotImplementedError
 
-    def _master(self, slot: int) -> Any:
-        return self._stack(master_of(self.client.nodes_manager, slot))
-
     def _failed(self, exc: BaseException, slot: int) -> None:
         if not isinstance(exc, ResponseError) or not keeps(exc):
             self._stale = True  # a node gone or demoted: read the slot map before next time
             self._suspect = self.node_of_slot(slot)
 
     def _redirected(
-        self, exc: AskError, slot: int, sha: str, source: str, args: list[Any]
+        self, exc: AskError, slot: int, sha: str, source: str, args: list[Any], node: str | None
     ) -> Steps[Any]:
-        """A script call after a redirection: ``MOVED``, again on the slot's new master once
-        the slot map is read again; ``ASK``, on the node named, with ``ASKING``."""
-        if isinstance(exc, MovedError):
-            yield self._refresh, ()
-            return (yield self._master(slot).run_script, (sha, source, *args))
+        """A script call after a redirection from ``node``, sent where the reply says, as
+        redis-py's cluster client does: ``MOVED``, to the slot's new master, which the slot
+        map then names (the whole map is read again before the next request); ``ASK``, with
+        ``ASKING``. A redirection is the cluster's answer, not a failure: ``Unsettled`` if
+        they do not settle."""
         manager = self.client.nodes_manager
-        node = manager.get_node(host=exc.host, port=exc.port)
-        if node is None:
-            yield self._refresh, ()
-            node = manager.get_node(host=exc.host, port=exc.port)
-        if node is None:
-            raise MovedError(f"0 {exc.host}:{exc.port}")  # an address the cluster does not know
-        if sha == DECIDE_SHA:
-            args = _without_block_keys(args)
+        redirecting = {node}  # the nodes that sent this call elsewhere
+        for _ in range(REDIRECTIONS):
+            moved = isinstance(exc, MovedError)
+            target = manager.get_node(host=exc.host, port=exc.port)
+            if target is None:  # a node added since the map was read
+                yield self._refresh, ()
+                target = manager.get_node(host=exc.host, port=exc.port)
+                if target is None:
+                    break
+            if moved:
+                if target.name in redirecting:
+                    # Sent back: the two disagree (one has not yet learnt of a failover
+                    # that the other has), so a third says who serves the slot.
+                    target = yield from self._owner_elsewhere(slot, redirecting)
+                    if target is None:
+                        break
+                _take_over(manager, slot, target)
+                # The other slots of the old master may have moved too; a node that has not
+                # learnt of it yet may answer this read, and its map is followed the same way.
+                self._stale = True
+            elif sha == DECIDE_SHA:
+                args = _without_block_keys(args)
+            try:
+                return (yield from self._script_on(target, sha, source, args, asking=not moved))
+            except AskError as again:  # MOVED too
+                redirecting.add(target.name)
+                exc = again
+        raise Unsettled(f"the cluster's redirections did not settle ({exc})") from exc
+
+    def _script_on(
+        self, node: Any, sha: str, source: str, args: list[Any], asking: bool
+    ) -> Steps[Any]:
+        """A script call on ``node``, the script loaded there if it lacks it (a new master after
+        a failover may). SCRIPT LOAD, not EVAL with the source: the ACL of docs/deploying.md
+        allows EVALSHA only."""
         stack = self._stack(node)
         conn = yield stack.take, ()
         try:
             try:
-                yield self._call, (conn, ("ASKING",))
+                if asking:
+                    yield self._call, (conn, ("ASKING",))
                 reply = yield self._call, (conn, ("EVALSHA", sha, *args))
             except NoScriptError:
                 yield self._call, (conn, ("SCRIPT", "LOAD", source))
-                yield self._call, (conn, ("ASKING",))
+                if asking:
+                    yield self._call, (conn, ("ASKING",))
                 reply = yield self._call, (conn, ("EVALSHA", sha, *args))
         except ResponseError as error:
             yield stack.settle, (conn, error)
@@ -267,6 +327,25 @@ class _Cluster:
             raise
         stack.give(conn)
         return reply
+
+    def _owner_elsewhere(self, slot: int, redirecting: set[str | None]) -> Steps[Any]:
+        """The slot's master as the first node that answers, among those that did not
+        redirect this call, says (CLUSTER SLOTS); None if none does."""
+        manager = self.client.nodes_manager
+        for node in list(manager.nodes_cache.values()):
+            if node.name in redirecting:
+                continue
+            try:
+                reply = yield self._stack(node).execute, ("CLUSTER", "SLOTS")
+            except STORE_ERRORS:
+                continue  # down or hung: another may answer
+            owner = _owner_in(reply, slot)
+            if owner is None:
+                continue
+            found = manager.get_node(host=owner[0] or node.host, port=owner[1])
+            if found is not None:
+                return found
+        return None
 
     def _settling(self, plan: Plan, replies: list[Any], dry_run: bool) -> Steps[list[Result]]:
         """The results of a request every group answered (or raise the first group's error),
@@ -326,12 +405,13 @@ class ClusterStore(_Cluster):
         return stack
 
     def _run(self, slot: int, sha: str, source: str, args: list[Any]) -> Any:
-        """One script call on the slot's master, following one redirection."""
+        """One script call on the slot's master, following its redirections."""
         try:
+            node = master_of(self.client.nodes_manager, slot)
             try:
-                return self._master(slot).run_script(sha, source, *args)
+                return self._stack(node).run_script(sha, source, *args)
             except AskError as exc:  # MOVED too
-                return drive(self._redirected(exc, slot, sha, source, args))
+                return drive(self._redirected(exc, slot, sha, source, args, node.name))
         except BaseException as exc:
             self._failed(exc, slot)
             raise
@@ -412,7 +492,7 @@ class ClusterStore(_Cluster):
         """One decide.lua call per slot group, all sent before any reply is read.
 
         Returns each group's reply or the exception it ended with."""
-        sent: list[tuple[ConnectionStack, Any] | Exception] = []
+        sent: list[tuple[ConnectionStack, Any, str] | Exception] = []
         try:
             for slot, args in zip(slots, inputs, strict=True):
                 sent.append(self._send(slot, args))
@@ -428,9 +508,10 @@ class ClusterStore(_Cluster):
                     entry[1].disconnect()
             raise
 
-    def _send(self, slot: int, args: list[Any]) -> tuple[ConnectionStack, Any] | Exception:
+    def _send(self, slot: int, args: list[Any]) -> tuple[ConnectionStack, Any, str] | Exception:
         try:
-            stack = self._master(slot)
+            node = master_of(self.client.nodes_manager, slot)
+            stack = self._stack(node)
             conn = stack.take()
         except Exception as exc:  # could not connect: the node may be gone
             self._failed(exc, slot)
@@ -441,22 +522,30 @@ class ClusterStore(_Cluster):
             stack.lost(conn, exc)
             self._failed(exc, slot)
             return exc
-        return stack, conn
+        return stack, conn, node.name
 
     def _read(
-        self, slot: int, args: list[Any], entry: tuple[ConnectionStack, Any] | Exception
+        self, slot: int, args: list[Any], entry: tuple[ConnectionStack, Any, str] | Exception
     ) -> Any:
         """The reply of one group sent by _send, or the exception it ended with."""
         if isinstance(entry, Exception):
             return entry
-        stack, conn = entry
+        stack, conn, node = entry
         try:
             reply = unpacked(conn.read_response())
-        except (NoScriptError, AskError) as exc:  # MOVED too: followed one by one
+        except NoScriptError as exc:
             stack.settle(conn, exc)
             try:
                 return unpacked(self._run(slot, DECIDE_SHA, DECIDE_SOURCE, args))
             except Exception as again:
+                return again
+        except AskError as exc:  # MOVED too: followed one by one
+            stack.settle(conn, exc)
+            try:
+                redirected = self._redirected(exc, slot, DECIDE_SHA, DECIDE_SOURCE, args, node)
+                return unpacked(drive(redirected))
+            except Exception as again:
+                self._failed(again, slot)
                 return again
         except ResponseError as exc:
             stack.settle(conn, exc)
@@ -539,10 +628,11 @@ class AsyncClusterStore(_Cluster):
 
     async def _run(self, slot: int, sha: str, source: str, args: list[Any]) -> Any:
         try:
+            node = master_of(self.client.nodes_manager, slot)
             try:
-                return await self._master(slot).run_script(sha, source, *args)
+                return await self._stack(node).run_script(sha, source, *args)
             except AskError as exc:  # MOVED too
-                return await adrive(self._redirected(exc, slot, sha, source, args))
+                return await adrive(self._redirected(exc, slot, sha, source, args, node.name))
         except BaseException as exc:
             self._failed(exc, slot)
             raise
