@@ -279,3 +279,50 @@ def test_sentinel_failover_under_load(
     figures = assert_failover(traffic, fault_at, reachable_at)
     assert figures["recovery s"] <= INTERVAL + MARGIN
     assert_exact(client)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("asgi", [False, True], ids=["wsgi", "asgi"])
+def test_a_sentinel_demotion_fails_only_the_decisions_it_cuts(
+    client: Any, settings: Any, group: SentinelGroup, asgi: bool
+) -> None:
+    """When Sentinel demotes the old primary it closes its clients' connections: a decision in
+    flight then fails alone (its request takes the fail mode), the breaker stays closed, and
+    the next decisions go to the new primary at once."""
+    from django_throttle.signals import store_state_changed
+
+    throttle_settings(settings, sentinel_cache(group))
+    # Cuts are what this test is about: a timeout of a loaded machine's making is another fault.
+    settings.DJANGO_THROTTLE = {**settings.DJANGO_THROTTLE, "TIMEOUT": 1.0}
+    three_rules()
+    warm_up(client)
+    outages: list[dict[str, Any]] = []
+
+    def record(sender: Any, **kwargs: Any) -> None:
+        if not kwargs.get("available", True):
+            outages.append(kwargs)
+
+    store_state_changed.connect(record)
+    old = group.master()
+    try:
+        with database_kept_open(), Traffic([OPEN, CLOSED], asgi=asgi) as traffic:
+            time.sleep(0.3)
+            group.failover()
+
+            def demoted() -> bool:
+                try:
+                    with closing(old.client(socket_timeout=1)) as node:
+                        return bool(node.info("replication")["role"] == "slave")
+                except redis.ConnectionError:
+                    return False
+
+            wait_until(demoted, within=30, step=0.05)
+            time.sleep(1.5)  # past the demotion's disconnections, three breaker intervals
+    finally:
+        store_state_changed.disconnect(record)
+    statuses = [a.status for a in traffic.answers]
+    assert set(statuses) <= {200, 503}, set(statuses)
+    assert outages == []  # no breaker opened: the store was never unavailable
+    # At most the decisions in flight when the connections were cut: one per worker.
+    assert statuses.count(503) <= traffic.workers, statuses.count(503)
+    assert_exact(client)

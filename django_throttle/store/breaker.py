@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Collection
 
 from ..signals import store_state_changed
+from .errors import cut, describe
 
 logger = logging.getLogger("django_throttle")
 
@@ -35,6 +36,8 @@ class Breaker:
         self._open_until = 0.0
         self._probe_until = 0.0
         self._epoch = 0  # advances when a probe begins and when the breaker closes
+        # Until when connections cut mid-command are taken for one event (see failed()).
+        self._cuts_until = -1e18
 
     def reset(self) -> None:
         with self._lock:
@@ -100,6 +103,8 @@ class Breaker:
             _changed(available=True, node=self.node)
 
     def failed(self, exc: BaseException, token: int) -> None:
+        if self.state == CLOSED and cut(exc) and self._forgive(exc):
+            return
         with self._lock:
             if token != self._epoch:
                 return  # began before the latest probe or recovery
@@ -110,22 +115,49 @@ class Breaker:
             return
         if self.node is None:
             logger.error(
-                "django_throttle: the store is unavailable (%r); rules apply their fail modes "
+                "django_throttle: the store is unavailable (%s); rules apply their fail modes "
                 "and the store is retried every %.1f s",
-                exc,
+                describe(exc),
                 self._interval(),
             )
             _changed(available=False, error=exc)
         else:
             logger.error(
-                "django_throttle: the Redis Cluster node %s is unavailable (%r); rules apply "
+                "django_throttle: the Redis Cluster node %s is unavailable (%s); rules apply "
                 "their fail modes to the clients whose slots it holds, and it is retried every "
                 "%.1f s",
                 self.node,
-                exc,
+                describe(exc),
                 self._interval(),
             )
             _changed(available=False, error=exc, node=self.node)
+
+    def _forgive(self, exc: BaseException) -> bool:
+        """Whether a connection cut mid-command leaves the breaker closed.
+
+        A server that closes its clients' connections at once (Sentinel demoting a primary,
+        CLIENT KILL, a restart) cuts every decision in flight: each fails alone, and the next
+        ones connect again, to the new primary, or fail to connect, which opens the breaker.
+        Cuts are forgiven for one breaker interval from the first; a server that keeps cutting
+        past it opens the breaker, and none is forgiven again for another interval."""
+        now = self._clock()
+        with self._lock:
+            if now >= self._cuts_until + self._interval():
+                self._cuts_until = now + self._interval()
+                first = True
+            elif now < self._cuts_until:
+                first = False
+            else:
+                return False
+        if first:
+            where = "the store" if self.node is None else f"the Redis Cluster node {self.node}"
+            logger.warning(
+                "django_throttle: a connection to %s was cut mid-decision (%s); that request "
+                "takes its rule's fail mode, the next ones connect again",
+                where,
+                describe(exc),
+            )
+        return True
 
 
 class NodeBreakers:
