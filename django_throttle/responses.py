@@ -10,8 +10,8 @@ from typing import Any, NamedTuple
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.template.loader import render_to_string
 from django.utils.module_loading import import_string
+from django.utils.translation import get_language, ngettext
 from django.utils.translation import gettext as _
-from django.utils.translation import ngettext
 
 from .conf import conf
 from .decision import Decision
@@ -185,8 +185,21 @@ def default_rejection(request: HttpRequest, decision: Decision) -> HttpResponse:
         "retry_after": seconds,
         "unavailable": decision.unavailable,
         "rule": decision.rule,
+        "language": page_language(decision.unavailable),
     }
     return HttpResponse(render_to_string(TEMPLATE, context, request=request), status=status)
+
+
+def page_language(unavailable: bool) -> str:
+    """The language the page is written in, for its ``lang``: the active one if a catalogue
+    translates the page's heading into it, else English, the text of the template itself.
+    (LANGUAGE_CODE exists only with the i18n context processor, which startproject leaves
+    out.)"""
+    heading = "Service unavailable" if unavailable else "Too many requests"
+    language = get_language() or "en"
+    if language.startswith("en") or _(heading) != heading:
+        return language
+    return "en"
 
 
 def rejection_detail(decision: Decision) -> str:
