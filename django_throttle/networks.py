@@ -54,6 +54,13 @@ def parse_networks(text: str | Iterable[str]) -> tuple[Network, ...]:
     return tuple(networks)
 
 
+def canonical_networks(text: str) -> str:
+    """A CIDR list as a rule keeps it and a rule file writes it: each network in its own
+    spelling (host bits cleared, IPv6 compressed in lower case), comma-separated; raise
+    ValueError as parse_networks() does."""
+    return ", ".join(str(network) for network in parse_networks(text))
+
+
 class NetworkSet:
     """CIDRs as merged ranges of integer addresses per IP version and client prefix length:
     whether a client lies in them is a bisect, whatever their number."""
