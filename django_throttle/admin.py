@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.contrib import admin, messages
-from django.contrib.admin import widgets
+from django.contrib.admin import helpers, widgets
 from django.core.exceptions import ValidationError
-from django.db.models import OuterRef, QuerySet, Subquery, Sum
+from django.db.models import Model, OuterRef, QuerySet, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.forms.models import BaseInlineFormSet
 from django.http import HttpRequest, HttpResponse
@@ -22,6 +22,7 @@ from django.utils.translation import gettext_lazy as _
 from .admin_rulefiles import export_response, import_page
 from .choices import ALGORITHMS_WITH_BURST, KEY_KINDS_WITH_ARG, AppliesTo
 from .compiled import compile_rule, with_overrides
+from .dashboard.fields import IdAutocompleteSelect, IdField, IdsField, usable_pk
 from .dashboard.views import DashboardAdmin, collect_counts, inspect_key
 from .models import Dashboard, Override, Rejection, Rule
 
@@ -50,6 +51,17 @@ class OverrideFormSet(BaseInlineFormSet):  # type: ignore[type-arg]
             if key in seen:
                 raise ValidationError(_("Two overrides are for the client %(key)s.") % {"key": key})
             seen.add(key)
+
+
+def usable_selection(request: HttpRequest, model: type[Model]) -> None:
+    """Leave out of an action's selection the ids the database cannot hold: Django's admin
+    filters by them, and "abc" or a 65-bit number raise (a 500)."""
+    selected = request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)
+    usable = [pk for pk in selected if usable_pk(model, pk)]
+    if usable != selected:
+        post = request.POST.copy()
+        post.setlist(helpers.ACTION_CHECKBOX_NAME, usable)
+        request.POST = post  # type: ignore[assignment]
 
 
 def override_in_force(override: Override) -> str:
@@ -89,6 +101,7 @@ class RuleForm(forms.ModelForm):  # type: ignore[type-arg]
     class Meta:
         model = Rule
         fields = "__all__"
+        field_classes = {"groups": IdsField, "exempt_groups": IdsField}
         widgets = {
             "key_arg": widgets.AdminTextInputWidget(
                 attrs=shown_when("key_kind", KEY_KINDS_WITH_ARG)
@@ -177,6 +190,7 @@ class RuleAdmin(_RuleModelAdmin):
         return int(getattr(rule, "rejected_recently", 0))
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
+        usable_selection(request, Rule)
         collect_counts()  # every process's counts waiting in Redis, before the list reads them
         extra = {"can_import_rules": self.has_change_permission(request), **(extra_context or {})}
         return super().changelist_view(request, extra)
@@ -278,6 +292,16 @@ class OverrideAdmin(_OverrideModelAdmin):
     list_filter = ("exempt", "rule")
     search_fields = ("key", "rule__name")
     autocomplete_fields = ("rule",)
+
+    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        if db_field.name == "rule":
+            kwargs.setdefault("widget", IdAutocompleteSelect(db_field, self.admin_site))
+            kwargs.setdefault("form_class", IdField)
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
+        usable_selection(request, Override)
+        return super().changelist_view(request, extra_context)
 
     @admin.display(description=_("in force"))
     def in_force(self, override: Override) -> str:

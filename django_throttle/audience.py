@@ -10,10 +10,17 @@ from .choices import AppliesTo
 from .compiled import CompiledRule
 from .conf import conf
 from .identities import client_ip
-from .networks import address_in, cached_networks
+from .networks import NetworkSet, network_set
 from .runtime import runtime
 
 MAX_CACHED_USERS = 10_000
+
+
+class ExemptNetworks:
+    """The EXEMPT_NETWORKS setting ready for lookups (a runtime part: built once per settings)."""
+
+    def __init__(self) -> None:
+        self.networks: NetworkSet = network_set(tuple(conf.EXEMPT_NETWORKS), conf.IPV6_PREFIX)
 
 
 class Memberships:
@@ -32,9 +39,9 @@ def counts(rule: CompiledRule, request: Any, memo: dict[str, str | None]) -> boo
         if "ip" not in memo:
             memo["ip"] = client_ip(request)
         address = memo["ip"] or ""
-        if everywhere and address_in(address, cached_networks(tuple(everywhere))):
+        if everywhere and address in runtime().part(ExemptNetworks).networks:
             return False
-        if rule.exempt_networks and address_in(address, rule.exempt_networks):
+        if address in rule.exempt_networks:
             return False
     applies = rule.audience
     if applies == AppliesTo.ALL and not rule.exempt_staff and not rule.exempt_groups:

@@ -11,7 +11,7 @@ from django.utils.module_loading import import_string
 from .calendar_windows import CalendarWindows
 from .choices import ALGORITHMS_WITH_BURST, Action, Algorithm, AppliesTo, FailMode, KeyKind, Unit
 from .conf import conf
-from .networks import Network, parse_networks
+from .networks import NO_NETWORKS, NetworkSet, network_set
 from .patterns import Matcher, compile_scope
 from .rates import CALENDAR_UNITS, MAX_PER, MAX_WINDOW, UNIT_SECONDS
 from .state_keys import ALGORITHM_CODES, base36, state_prefix
@@ -69,7 +69,7 @@ class CompiledRule:
     groups: frozenset[int] = frozenset()
     exempt_staff: bool = False
     exempt_groups: frozenset[int] = frozenset()
-    exempt_networks: tuple[Network, ...] = ()
+    exempt_networks: NetworkSet = NO_NETWORKS
     # Identity -> the rule as it applies to that client (its own limit), or None: exempt.
     overrides: Mapping[str, CompiledRule | None] | None = field(
         default=None, compare=False, repr=False
@@ -127,7 +127,7 @@ def build_rule(
     groups: frozenset[int] = frozenset(),
     exempt_staff: bool = False,
     exempt_groups: frozenset[int] = frozenset(),
-    exempt_networks: tuple[Network, ...] = (),
+    exempt_networks: NetworkSet = NO_NETWORKS,
     calendar: CalendarWindows | None = None,
     count_statuses: frozenset[int] | None = None,
 ) -> CompiledRule:
@@ -310,7 +310,7 @@ def compile_rule(
         groups=frozenset(groups),
         exempt_staff=rule.exempt_staff,
         exempt_groups=frozenset(exempt_groups),
-        exempt_networks=parse_networks(rule.exempt_networks),
+        exempt_networks=network_set(rule.exempt_networks, conf.IPV6_PREFIX),
         calendar=calendar_of(rule.per, rule.unit),
         count_statuses=parse_statuses(rule.count_statuses),
     )

@@ -27,7 +27,7 @@ from .choices import (
 )
 from .compiled import MAX_BLOCK, MAX_LIMIT
 from .conf import conf
-from .networks import normalized, parse_networks
+from .networks import canonical_networks, normalized
 from .patterns import UnsafePattern, check_pattern
 from .rates import (
     CALENDAR_UNITS,
@@ -483,7 +483,8 @@ class Rule(models.Model):
                 ),
             )
         try:
-            parse_networks(self.exempt_networks or "")
+            # One spelling, the one a rule file writes: an export imported again is unchanged.
+            self.exempt_networks = canonical_networks(self.exempt_networks or "")
         except ValueError as exc:
             error("exempt_networks", str(exc))
         for message in self._statuses_problems():

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import bisect
 import functools
 import ipaddress
 import re
-from collections.abc import Iterable
+import socket
+from collections.abc import Iterable, Iterator
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -52,20 +54,109 @@ def parse_networks(text: str | Iterable[str]) -> tuple[Network, ...]:
     return tuple(networks)
 
 
-@functools.lru_cache(maxsize=64)
-def cached_networks(entries: tuple[str, ...]) -> tuple[Network, ...]:
-    """The setting's networks, parsed at the first request that needs them, not at each one."""
-    return parse_networks(entries)
+def canonical_networks(text: str) -> str:
+    """A CIDR list as a rule keeps it and a rule file writes it: each network in its own
+    spelling (host bits cleared, IPv6 compressed in lower case), comma-separated; raise
+    ValueError as parse_networks() does."""
+    return ", ".join(str(network) for network in parse_networks(text))
 
 
-@functools.lru_cache(maxsize=4096)
-def address_in(address: str, networks: tuple[Network, ...]) -> bool:
-    """Whether a client address as keyed (IPv6 as its network) lies in one of ``networks``."""
+class NetworkSet:
+    """CIDRs as merged ranges of integer addresses per IP version and client prefix length:
+    whether a client lies in them is a bisect, whatever their number."""
+
+    __slots__ = ("_hash", "_ranges", "networks")
+
+    def __init__(self, networks: Iterable[Network] = (), ipv6_prefix: int = 64) -> None:
+        self.networks = tuple(networks)
+        self._hash: int | None = None
+        # (version, the client's prefix length) -> (starts, ends), built for the lengths clients
+        # are keyed by when the rules load, and for any other at its first client.
+        self._ranges: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
+        if self.networks:
+            self._build(4, 32)
+            self._build(6, ipv6_prefix)
+
+    def _build(self, version: int, prefix: int) -> tuple[list[int], list[int]]:
+        # A client's network lies in a listed one only if that one is no longer than its own
+        # prefix: CIDR blocks are nested or apart, so longer ones never each hold the client,
+        # even when together they cover it.
+        spans = sorted(
+            (int(n.network_address), int(n.broadcast_address))
+            for n in self.networks
+            if n.version == version and n.prefixlen <= prefix
+        )
+        starts: list[int] = []
+        ends: list[int] = []
+        for first, last in spans:
+            if ends and first <= ends[-1] + 1:
+                ends[-1] = max(ends[-1], last)
+            else:
+                starts.append(first)
+                ends.append(last)
+        self._ranges[version, prefix] = (starts, ends)
+        return starts, ends
+
+    def __contains__(self, address: object) -> bool:
+        """Whether a client address as keyed (IPv6 as its network) lies in one of the networks."""
+        if not self.networks or not isinstance(address, str):
+            return False
+        span = _span(address)
+        if span is None:
+            return False
+        version, first, prefix = span
+        ranges = self._ranges.get((version, prefix))
+        if ranges is None:
+            ranges = self._build(version, prefix)
+        starts, ends = ranges
+        at = bisect.bisect_right(starts, first) - 1
+        return at >= 0 and first <= ends[at]
+
+    def __bool__(self) -> bool:
+        return bool(self.networks)
+
+    def __len__(self) -> int:
+        return len(self.networks)
+
+    def __iter__(self) -> Iterator[Network]:
+        return iter(self.networks)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, NetworkSet):
+            return self.networks == other.networks
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        if self._hash is None:  # a compiled rule's hash would otherwise walk every network
+            self._hash = hash(self.networks)
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"NetworkSet({len(self.networks)} networks)"
+
+
+NO_NETWORKS = NetworkSet()
+
+
+@functools.lru_cache(maxsize=4096)  # clients come back: read each address once, not per request
+def _span(address: str) -> tuple[int, int, int] | None:
+    """A keyed address as (IP version, first address as an integer, prefix length)."""
+    # normalized() wrote it, in canonical form: inet_pton reads it in a fraction of the time
+    # ipaddress takes.
+    text, _, prefix = address.partition("/")
     try:
-        client = ipaddress.ip_network(address, strict=False)
-    except ValueError:
-        return False
-    return any(
-        client.version == network.version and client.subnet_of(network)  # type: ignore[arg-type]
-        for network in networks
-    )
+        if ":" in text:
+            length = int(prefix) if prefix else 128
+            return 6, int.from_bytes(socket.inet_pton(socket.AF_INET6, text)), length
+        if not prefix:
+            return 4, int.from_bytes(socket.inet_pton(socket.AF_INET, text)), 32
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+@functools.lru_cache(maxsize=64)  # rules that list the same networks share one set
+def network_set(text: str | tuple[str, ...], ipv6_prefix: int) -> NetworkSet:
+    """A rule's ``exempt_networks`` or the ``EXEMPT_NETWORKS`` setting, ready for lookups;
+    raise ValueError as parse_networks() does."""
+    return NetworkSet(parse_networks(text), ipv6_prefix)

@@ -500,3 +500,62 @@ def test_import_and_the_rule_form_in_a_real_browser(
     assert Rule.objects.get(name="login").limit == 10
     assert [g.name for g in Rule.objects.get(name="members").groups.all()] == ["partners"]
     assert LogEntry.objects.filter(action_flag=DELETION, object_repr__startswith="old:").exists()
+
+
+# -- round trips ---------------------------------------------------------------------------
+
+
+def saved_through_the_admin(client: Client) -> Rule:
+    """A rule typed as people type it: networks one per line (a browser sends CRLF), host bits
+    and upper case in them, spaces and mixed case around methods, statuses, scope and keys."""
+    partners = Group.objects.create(name="partners")
+    response = client.post(
+        ADD,
+        form_data(
+            name="api",
+            scope=" /api/ ",
+            methods=" get , Post,GET",
+            count_statuses=" 4XX , 429,,429 ",
+            key_kind="header",
+            key_arg=" X-Api-Key ",
+            algorithm="token_bucket",
+            burst="20",
+            exempt_networks="10.0.0.0/8\r\n192.168.1.7/16\r\n\r\n2001:DB8::/32\n 172.16.0.0/12 ",
+            exempt_groups=[str(partners.pk)],
+            **{
+                "overrides-TOTAL_FORMS": "2",
+                "overrides-0-key": " ip:2001:DB8::1 ",
+                "overrides-0-limit": "50",
+                "overrides-0-expires_at_0": "2030-01-02",
+                "overrides-0-expires_at_1": "03:04:05",
+                "overrides-1-key": "header:abc ",
+                "overrides-1-exempt": "on",
+            },
+        ),
+    )
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    return Rule.objects.get(name="api")
+
+
+@pytest.mark.parametrize("fmt", ["yaml", "json"])
+def test_an_export_of_what_the_admin_saved_imports_unchanged(
+    admin_client: Client, fmt: str, monkeypatch: Any
+) -> None:
+    rule = saved_through_the_admin(admin_client)
+    if fmt == "json":
+        monkeypatch.setitem(sys.modules, "yaml", None)  # the action then writes JSON
+    exported = export(admin_client, rule).content.decode()
+    monkeypatch.undo()
+    response = preview(admin_client, exported, name=f"rules.{fmt}")
+    assert response.context["nothing"] is True, response.context["changed"]
+    assert import_rules(load(exported, fmt), prune=False, dry_run=True).lines() == ["unchanged api"]
+
+
+def test_a_row_stored_in_another_spelling_imports_unchanged(admin_client: Client) -> None:
+    # As earlier versions stored what the admin was given.
+    rule = saved_through_the_admin(admin_client)
+    Rule.objects.filter(pk=rule.pk).update(exempt_networks="10.0.0.0/8\n192.168.0.0/16")
+    exported = export(admin_client, rule).content.decode()
+    plan = import_rules(load(exported, "yaml"), prune=False, dry_run=False)
+    assert plan.lines() == ["unchanged api"]
+    assert Rule.objects.get(pk=rule.pk).exempt_networks == "10.0.0.0/8\n192.168.0.0/16"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import random
 import re
+import sys
 import time
 from typing import Any
 
@@ -187,3 +189,116 @@ def test_rejections_are_not_logged_by_djangos_request_logger(client: Any, caplog
         assert client.get("/missing-page/").status_code == 404
     logged = [r.getMessage() for r in caplog.records if r.name == "django.request"]
     assert logged == ["Not Found: /missing-page/"]
+
+
+# -- Accept read within bounds ------------------------------------------------------------
+
+
+class MediaRangesParsed:
+    """Counts the media ranges of Accept parsed while it is active (by django_throttle, or by
+    Django's MediaType)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __enter__(self) -> MediaRangesParsed:
+        from django.http.request import MediaType
+
+        from django_throttle.responses import media_range
+
+        codes = {MediaType.__init__.__code__, media_range.__code__}
+
+        def profile(frame: Any, event: str, arg: Any) -> None:
+            if event == "call" and frame.f_code in codes:
+                self.count += 1
+
+        sys.setprofile(profile)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sys.setprofile(None)
+
+
+NOISE = "text/x-a;q=0.1"  # a range that is neither HTML nor JSON
+
+
+def test_media_ranges_past_the_32nd_are_not_read(client: Any) -> None:
+    flood = ", ".join([NOISE] * 100_000) + ", application/json"
+    with MediaRangesParsed() as parsed:
+        response = refused(client, HTTP_ACCEPT=flood)
+    assert response["Content-Type"].startswith("text/html")  # the JSON range was never read
+    assert parsed.count <= 32
+
+
+def test_the_32nd_media_range_is_read(client: Any) -> None:
+    response = refused(client, HTTP_ACCEPT=", ".join([NOISE] * 31 + ["application/json"]))
+    assert response["Content-Type"] == "application/json"
+
+
+LONG = "text/x-a;p=" + "x" * 8192 + ", application/json"  # JSON after 8 KB
+WITHIN = "text/x-a;p=" + "x" * 3000 + ", application/json"  # JSON within the first 4 KB
+
+
+@pytest.mark.parametrize(("accept", "body"), [(LONG, "text/html"), (WITHIN, "application/json")])
+def test_accept_past_its_first_4_kb_is_not_read(client: Any, accept: str, body: str) -> None:
+    with MediaRangesParsed() as parsed:
+        response = refused(client, HTTP_ACCEPT=accept)
+    assert response["Content-Type"].startswith(body)
+    assert parsed.count <= 2
+
+
+def test_a_media_range_django_cannot_parse_is_skipped(client: Any) -> None:
+    # An RFC 2231 parameter with an unknown charset: Django's parser raises ValueError.
+    response = refused(client, HTTP_ACCEPT="text/html;a*=bogus''x;q=0.9, application/json")
+    assert response.status_code == 429
+    assert response["Content-Type"] == "application/json"
+
+
+def django_body_type(accept: str) -> str:
+    """What Django's own negotiation (HttpRequest.get_preferred_type) chooses."""
+    from django.http import HttpRequest
+
+    from django_throttle.responses import HTML, JSON, PROBLEM
+
+    request = HttpRequest()
+    request.META = {"HTTP_ACCEPT": accept}
+    preferred = request.get_preferred_type([HTML, JSON])
+    problem = request.accepted_type(PROBLEM)
+    if problem is not None and problem.specificity >= 2:
+        other = request.accepted_type(preferred) if preferred is not None else None
+        if other is None or problem.quality >= other.quality:
+            return PROBLEM
+    return JSON if preferred == JSON else HTML
+
+
+TYPES = [
+    "text/html",
+    "application/json",
+    "application/problem+json",
+    "*/*",
+    "text/*",
+    "application/*",
+    "image/png",
+    "*/json",
+    "text",
+    "",
+    "TEXT/HTML",
+]
+PARAMS = ["", ";q=0", ";q=0.5", ";q=1", ";q=0.9", ";q=x", ";q=2", ';q="0.3"', ";level=1", ";q"]
+
+
+def test_the_body_chosen_is_django_s_choice() -> None:
+    from django.test import RequestFactory
+
+    from django_throttle.responses import body_type
+
+    rng = random.Random(30)
+    factory = RequestFactory()
+    for _ in range(3000):
+        ranges = [
+            rng.choice(TYPES) + rng.choice(PARAMS) + rng.choice(["", ";level=2"] + [""] * 4)
+            for _ in range(rng.randint(1, 6))
+        ]
+        accept = rng.choice([",", ", "]).join(ranges)
+        request = factory.get("/", HTTP_ACCEPT=accept)
+        assert body_type(request) == django_body_type(accept), accept

@@ -210,3 +210,30 @@ def test_makemessages_leaves_no_string_untranslated(tmp_path, monkeypatch):
     assert all(any(e.msgid == "Too many requests" for e in c) for c in catalogues.values())
     missing = {language: problems(entries) for language, entries in catalogues.items()}
     assert missing == dict.fromkeys(LANGUAGES, []), "run scripts/messages, translate what it adds"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("asked", "lang", "heading"),
+    [
+        ("ko", "ko", "요청이 너무 많습니다"),
+        ("ja", "ja", None),
+        ("zh-hans", "zh-hans", None),
+        ("pt-br", "pt-br", None),
+        ("de", "de", None),
+        ("en", "en", "Too many requests"),
+        ("it", "en", "Too many requests"),  # no Italian catalogue: the page is in English
+    ],
+)
+def test_the_429_page_declares_its_language_without_the_i18n_context_processor(
+    locale_middleware: None, settings: Any, asked: str, lang: str, heading: str | None
+) -> None:
+    processors = settings.TEMPLATES[0]["OPTIONS"]["context_processors"]
+    assert "django.template.context_processors.i18n" not in processors  # as startproject
+    Rule.objects.create(name="plain", scope="/plain/", limit=1)
+    client = Client(HTTP_ACCEPT_LANGUAGE=asked)
+    client.get("/plain/")
+    html = client.get("/plain/").content.decode()
+    assert f'<html lang="{lang}">' in html
+    if heading is not None:
+        assert f"<h1>{heading}</h1>" in html

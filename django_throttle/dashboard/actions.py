@@ -24,6 +24,7 @@ from ..engine import block_rules, reset_rules
 from ..models import Dashboard, Override, Rule
 from ..rules import compile_rule, defaults_of
 from ..store.errors import STORE_ERRORS
+from .fields import IdField
 
 if TYPE_CHECKING:
     from django.contrib.auth.base_user import AbstractBaseUser
@@ -51,7 +52,7 @@ class ActionForm(forms.Form):
         choices=((UNBLOCK, UNBLOCK), (BLOCK, BLOCK), (EXEMPT, EXEMPT), (LIMIT, LIMIT)),
         required=False,
     )
-    rule = forms.ModelChoiceField(queryset=Rule.objects.all(), required=False)
+    rule = IdField(queryset=Rule.objects.all(), required=False)
     scope = forms.CharField(max_length=255, required=False)
     key = forms.CharField(max_length=2000, strip=True)
     seconds = forms.TypedChoiceField(

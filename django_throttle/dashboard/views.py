@@ -37,6 +37,7 @@ from ..store import Result, get_store
 from ..store.errors import STORE_ERRORS
 from .actions import BLOCK_TIMES, EXPIRY_TIMES, act
 from .chart import chart_svg, legend
+from .fields import IdsField
 from .queries import DEFAULT_PERIOD, PERIODS, dashboard_data
 
 logger = logging.getLogger("django_throttle")
@@ -52,7 +53,7 @@ else:
 
 
 class KeyForm(forms.Form):
-    rule = forms.ModelMultipleChoiceField(
+    rule = IdsField(
         queryset=Rule.objects.all(),
         label=_("Rules"),
         required=False,

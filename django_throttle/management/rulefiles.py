@@ -18,7 +18,7 @@ from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext as _
 
 from ..models import Override, Rule
-from ..networks import parse_networks
+from ..networks import canonical_networks, parse_networks
 from ..signals import rules_written
 
 # The Rule fields a file carries, in the order they are written.
@@ -569,6 +569,10 @@ class _Current:
 
     def snapshot(self, rule: Rule) -> dict[str, Any]:
         data = {key: getattr(rule, key) for key in FIELDS}
+        # A row saved before the rule kept one spelling of its networks is compared as it
+        # reads, not rewritten by an import of its own export.
+        with contextlib.suppress(ValueError):
+            data["exempt_networks"] = canonical_networks(data["exempt_networks"])
         data["groups"] = sorted(self.members.get(rule.pk, ()))
         data["exempt_groups"] = sorted(self.exempt.get(rule.pk, ()))
         data["overrides"] = sorted(self.overrides.get(rule.pk, ()), key=_override_order)

@@ -1,0 +1,134 @@
+"""What exempt networks cost a request, with 10,000 and 100,000 CIDRs listed (docs/bounds.md,
+"Exempt networks"; docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import time
+from typing import Any
+
+import harness
+
+urlpatterns: list[Any] = []  # this module is the ROOT_URLCONF
+SIZES = (10_000, 100_000)
+# Disjoint client ranges, one per case: a "new" client is never one the caches saw.
+PREFIXES = ("198.18", "198.19", "198.20", "198.21", "198.22", "198.23")
+
+
+def urls() -> None:
+    from django.urls import path
+
+    plain = harness.plain_view()
+    urlpatterns[:] = [path("<slug:case>/", lambda request, case: plain(request))]  # one resolve
+
+
+def networks(count: int) -> list[str]:
+    """``count`` /30s spread over 100.0.0.0/8: no client of the bench lies in them."""
+    return [str(ipaddress.IPv4Network((0x64000000 + 8 * i, 30))) for i in range(count)]
+
+
+def check_cases(known: bool, calls: int) -> list[harness.Case]:
+    """audience.counts() of a rule with no networks, then with each size; ``known``: the same
+    few clients again and again, else a client never seen by any cache at each call."""
+    from django.test import RequestFactory
+
+    from django_throttle.audience import counts
+    from django_throttle.compiled import build_rule
+    from django_throttle.networks import network_set
+
+    factory = RequestFactory()
+    cases = []
+    for i, size in enumerate((0, *SIZES)):
+        rule = build_rule(
+            id=i + 1,
+            name=f"n{size}",
+            algorithm="fixed_window",
+            limit=10**9,
+            period=3600,
+            exempt_networks=network_set("\n".join(networks(size)), 64),
+        )
+        clients = harness.addresses(8 if known else calls, PREFIXES[i])
+        requests = [factory.get("/", REMOTE_ADDR=a) for a in clients]
+
+        def op(request: Any, rule: Any = rule) -> None:
+            assert counts(rule, request, {})
+
+        cases.append(
+            harness.Case(
+                f"{size:,} networks" if size else "none",
+                op,
+                lambda j, requests=requests: requests[j % len(requests)],
+            )
+        )
+    return cases
+
+
+def request_cases(app: Any) -> list[harness.Case]:
+    """A GET through Django and the middleware from a known client, on a rule without networks
+    and on rules with each size."""
+    return [
+        harness.request_case(f"{size:,} networks" if size else "none", app, path, n=8)
+        for size, path in ((0, "/none/"), *((n, f"/n{n}/") for n in SIZES))
+    ]
+
+
+def show(cases: list[harness.Case]) -> list[tuple[str, str, str]]:
+    base = cases[0].median_us
+    return [
+        (c.name, f"{c.median_us:.2f}", f"{c.median_us - base:+.2f}" if c is not cases[0] else "")
+        for c in cases
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--calls", type=int, default=8_000, help="timed calls per case")
+    options = parser.parse_args()
+    with harness.RedisServer(cpu=harness.CPU) as server:
+        harness.pin_client(harness.CPU)
+        harness.configure_throttled(server.url, __name__, "file:networks?mode=memory&cache=shared")
+        urls()
+        from django.core.handlers.wsgi import WSGIHandler
+
+        from django_throttle.models import Rule
+        from django_throttle.networks import network_set
+
+        started = time.perf_counter()
+        network_set("\n".join(networks(SIZES[-1])), 64)
+        built = time.perf_counter() - started
+        for size in (0, *SIZES):
+            Rule.objects.create(
+                name=f"n{size}",
+                scope=f"/n{size}/" if size else "/none/",
+                limit=10**9,
+                unit="hour",
+                exempt_networks="\n".join(networks(size)),
+            )
+        harness.print_machine()
+        print(
+            f"\nBuilding the set of {SIZES[-1]:,} networks (once, when the rules load): "
+            f"{built * 1000:.0f} ms"
+        )
+        columns = ("exempt networks", "µs (median)", "over none")
+        for known in (True, False):
+            cases = check_cases(known, options.calls + 200)
+            harness.interleaved(cases, rounds=4, per_round=options.calls // 4, warmup=200)
+            who = "a known client" if known else "a client never seen (each call)"
+            print(f"\n## audience.counts() of one rule, {who}\n")
+            harness.table(columns, show(cases))
+        cases = request_cases(WSGIHandler())
+        harness.interleaved(cases, rounds=4, per_round=options.calls // 4, warmup=200)
+        print("\n## A GET through Django's WSGI handler and the middleware, a known client\n")
+        harness.table(columns, show(cases))
+        harness.change_throttle(EXEMPT_NETWORKS=networks(SIZES[-1]))
+        cases = check_cases(False, options.calls + 200)[-1:]
+        harness.interleaved(cases, rounds=4, per_round=options.calls // 4, warmup=200)
+        print(
+            f"\n## The same rule under EXEMPT_NETWORKS of {SIZES[-1]:,} too, a client never "
+            f"seen: {cases[0].median_us:.2f} µs\n"
+        )
+
+
+if __name__ == "__main__":
+    main()
