@@ -278,7 +278,8 @@ def websockets(redis: harness.RedisServer, port: int, until: float) -> None:
     """WS_CLIENTS WebSocket clients in a process of their own until ``until``."""
     context = multiprocessing.get_context("spawn")
     ours, theirs = context.Pipe()
-    child = context.Process(target=ws_process, args=(port, until - time.perf_counter(), theirs))
+    deadline = time.time() + until - time.perf_counter()  # the child's clock
+    child = context.Process(target=ws_process, args=(port, deadline, theirs))
     child.start()
     WS_RESULT[:] = [ours.recv()]
     child.join(30)
@@ -287,11 +288,11 @@ def websockets(redis: harness.RedisServer, port: int, until: float) -> None:
 WS_RESULT: list[tuple[dict[str, int], list[float]]] = []
 
 
-def ws_process(port: int, seconds: float, conn: Any) -> None:
-    conn.send(asyncio.run(ws_clients(port, seconds)))
+def ws_process(port: int, deadline: float, conn: Any) -> None:
+    conn.send(asyncio.run(ws_clients(port, deadline)))
 
 
-async def ws_clients(port: int, seconds: float) -> tuple[dict[str, int], list[float]]:
+async def ws_clients(port: int, deadline: float) -> tuple[dict[str, int], list[float]]:
     """Each client connects (over the first second), then sends one text frame a second and
     waits for its echo; the counts of each outcome and the echoes' latency in ms."""
     from wsproto import ConnectionType, WSConnection
@@ -299,7 +300,6 @@ async def ws_clients(port: int, seconds: float) -> tuple[dict[str, int], list[fl
 
     stats: Counter[str] = Counter()
     latency: list[float] = []
-    deadline = time.monotonic() + seconds
 
     async def client(k: int) -> None:
         await asyncio.sleep(k / WS_CLIENTS)
@@ -330,17 +330,17 @@ async def ws_clients(port: int, seconds: float) -> tuple[dict[str, int], list[fl
             if not isinstance(answer, AcceptConnection):
                 stats[f"handshake {getattr(answer, 'status_code', 'closed')}"] += 1
                 return
-            next_at = time.monotonic() + k / WS_CLIENTS
+            next_at = time.time() + k / WS_CLIENTS
             while next_at < deadline:
-                await asyncio.sleep(max(0.0, next_at - time.monotonic()))
-                next_at, sent = next_at + 1.0, time.monotonic()
+                await asyncio.sleep(max(0.0, next_at - time.time()))
+                next_at, sent = next_at + 1.0, time.time()
                 writer.write(ws.send(Message(data=f"m{k}")))
                 answer = await asyncio.wait_for(event(), WS_TIMEOUT)
                 if not isinstance(answer, TextMessage):
                     stats["closed"] += 1
                     return
                 stats["throttled" if "throttled" in answer.data else "echoed"] += 1
-                latency.append((time.monotonic() - sent) * 1000)
+                latency.append((time.time() - sent) * 1000)
         except (OSError, TimeoutError):
             stats["unanswered"] += 1
         finally:
