@@ -462,10 +462,13 @@ def one_run(
     # An outage excuses the 503s of requests in flight from its start to one breaker interval
     # (and a margin) after its end.
     low, high = (began, ended + BREAKER_INTERVAL + 0.5) if fault.outage else (0.0, 0.0)
-    excused = [s for s in samples if s.end > low and s.end - s.ms / 1000 < high]
+    unavailable = [s for s in samples if s.status == 503]
+    healthy = [s.end for s in unavailable if not (s.end > low and s.end - s.ms / 1000 < high)]
     errors = sum(s.status < 0 or s.status >= 500 and s.status != 503 for s in samples)
-    n503 = sum(s.status == 503 for s in samples) - sum(s.status == 503 for s in excused)
-    note = f"{sum(s.status == 503 for s in excused)} in the outage" if fault.outage else done
+    n503 = len(healthy)
+    note = f"{len(unavailable) - n503} in the outage" if fault.outage else done
+    if healthy:
+        note = f"{note}; 503s healthy {min(healthy):.1f}-{max(healthy):.1f} s".lstrip("; ")
     if WS_RESULT:
         stats, latency = WS_RESULT[0]
         errors += sum(v for k, v in stats.items() if k not in ("echoed", "throttled"))
@@ -555,7 +558,10 @@ def main() -> int:
     )
     p.add_argument("--faults", action="store_true", help="the faults under load instead")
     p.add_argument("--seconds", type=float, default=300.0, help="--faults: load in all (300)")
-    p.add_argument("--only", nargs="+", choices=FAULTS, default=list(FAULTS), metavar="FAULT")
+    p.add_argument(
+        "--only", nargs="+", choices=FAULTS, default=list(FAULTS), metavar="FAULT",
+        help="--faults: these only, of " + ", ".join(FAULTS),
+    )  # fmt: skip
     p.add_argument(
         "--servers", nargs="+", choices=("gunicorn", "uvicorn"), default=("gunicorn", "uvicorn")
     )
