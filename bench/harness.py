@@ -508,6 +508,20 @@ class Gunicorn:
             os.killpg(proc.pid, signal.SIGKILL)  # workers left by a master that died
 
 
+class Uvicorn(Gunicorn):
+    """The example project's ASGI application (HTTP, and WebSockets through wsproto) under
+    uvicorn with ``workers`` processes; ``threads`` is unused."""
+
+    def __init__(
+        self, env: dict[str, str], log: str | os.PathLike[str], workers: int, threads: int = 0
+    ) -> None:
+        super().__init__(env, log, workers, threads)
+        self.args = [sys.executable, "-m", "uvicorn", "example_project.asgi:application"]
+        self.args += ["--host", HOST, "--port", str(self.port), "--workers", str(workers)]
+        self.args += ["--ws", "wsproto", "--lifespan", "off", "--no-access-log"]
+        self.args += ["--timeout-graceful-shutdown", "5"]
+
+
 # -- timing -----------------------------------------------------------------------------------
 
 

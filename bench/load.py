@@ -1,20 +1,28 @@
-"""The example project under gunicorn while Redis is killed or hung (docs/benchmarks.md, "Load")."""
+"""The example project under gunicorn while Redis is killed or hung (docs/benchmarks.md, "Load");
+with --faults, under gunicorn and uvicorn through failovers, slot migrations, hangs, a SCRIPT
+FLUSH and 1,000 WebSockets (docs/benchmarks.md, "Load under faults")."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import http.client
+import multiprocessing
 import shutil
 import signal
 import sys
 import tempfile
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import harness
+import topologies
 from harness import HOST
 
 BREAKER_INTERVAL = 2.0
@@ -62,6 +70,9 @@ class Load:
     samples: list[Sample] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     sent: int = 0
+    interval: float = INTERVAL  # each client's pause between requests
+    every: int = CLOSED_EVERY  # every n-th request goes to /items/
+    prefix: str = "c"  # of the X-Client header: the clients of each run their own
 
     def reconnects(self, client: int) -> bool:
         return client >= self.clients // 2
@@ -73,19 +84,19 @@ class Load:
 
 
 def client_loop(load: Load, client: int) -> None:
-    headers = {"X-Client": f"c{client:02d}", "Accept": "application/json"}
+    headers = {"X-Client": f"{load.prefix}{client:02d}", "Accept": "application/json"}
     if load.reconnects(client):
         headers["Connection"] = "close"
     conn = http.client.HTTPConnection(HOST, load.port, timeout=10)
-    next_at = load.t0 + INTERVAL * client / load.clients  # spread over one interval
+    next_at = load.t0 + load.interval * client / load.clients  # spread over one interval
     local: list[Sample] = []
     for n in range(10**6):
         now = time.perf_counter()
         if load.stop.is_set() or now >= load.deadline or not load.ticket():
             break
         time.sleep(max(0.0, next_at - now))
-        next_at = max(next_at + INTERVAL, time.perf_counter() - INTERVAL)
-        closed = n % CLOSED_EVERY == CLOSED_EVERY - 1
+        next_at = max(next_at + load.interval, time.perf_counter() - load.interval)
+        closed = n % load.every == load.every - 1
         started, status, retry = time.perf_counter(), -1, False
         try:
             conn.request(
@@ -184,6 +195,361 @@ def report(load: Load, bounds: dict[str, tuple[float, float]], fault: str) -> li
     return failures
 
 
+# -- faults under load: --faults (docs/benchmarks.md, "Load under faults") ------------------
+
+SUITE_LIMIT, SUITE_WINDOW = 3, 1.0  # per client and second on /api/: "admitted over N"
+SUITE_CLIENTS, SUITE_INTERVAL, SUITE_EVERY = 16, 0.1, 2  # 160 requests/s, half to /items/
+WS_CLIENTS, WS_TIMEOUT = 1000, 5.0
+CLOSED = "closed 4429"  # by ThrottledConsumerMixin after 10 frames rejected: no error of its own
+
+SUITE_SETTINGS = """from example_project.settings import *  # noqa: F403
+
+DEBUG = False
+DATABASES["default"]["NAME"] = {db!r}  # noqa: F405
+CACHES = {{"default": {cache!r}}}
+DJANGO_THROTTLE = {{
+    **DJANGO_THROTTLE, "BREAKER_INTERVAL": {breaker}, "BLOCK_CACHE": False, **{extra!r}
+}}  # noqa: F405
+"""
+
+# Every rule fail-closed and keyed on X-Client: an unavailable store shows as a 503, never as
+# an admission of a process's own memory. Only /api/ is ever over its limit.
+SUITE_RULES = """from django_throttle.models import Rule
+kw = dict(key_kind="header", key_arg="X-Client", fail_mode="closed")
+Rule.objects.create(name="counted", scope="/api/", limit={limit}, unit="second",
+    algorithm="sliding_window_log", **kw)
+Rule.objects.create(name="free", scope=r"^/items/\\d+/$", limit=10**6, unit="minute",
+    algorithm="fixed_window", **kw)
+Rule.objects.create(name="echo", scope="echo", limit=10**6, unit="minute",
+    algorithm="fixed_window", **kw)
+"""
+
+
+def stop(seconds: float) -> Callable[[Any, int, float], str | None]:
+    def inject(redis: harness.RedisServer, port: int, until: float) -> None:
+        redis.pause()
+        time.sleep(seconds)
+        redis.resume()
+
+    return inject
+
+
+def script_flush(redis: harness.RedisServer, port: int, until: float) -> None:
+    with topologies.admin(redis.port) as client:
+        client.script_flush()
+
+
+def sentinel_failover(group: topologies.SentinelGroup, port: int, until: float) -> None:
+    group.failover()
+
+
+def cluster_failover(cluster: topologies.Cluster, port: int, until: float) -> None:
+    """CLUSTER FAILOVER on the replica of the first master; until every node agrees."""
+    master = cluster.masters()[0].port
+    for node in cluster.alive:
+        with topologies.admin(node.port) as client:
+            if client.info("replication").get("master_port") == master:
+                client.execute_command("CLUSTER", "FAILOVER")
+    cluster.wait_steady(without=master)
+
+
+def migrate_slots(cluster: topologies.Cluster, port: int, until: float) -> str:
+    """Every slot holding a key on the first master moved to the second, one by one, with
+    CLUSTER SETSLOT and MIGRATE, as redis-cli --cluster reshard moves them."""
+    source, target, *others = cluster.masters()
+    with topologies.admin(source.port) as src, topologies.admin(target.port) as dst:
+        ids = [c.execute_command("CLUSTER", "MYID") for c in (src, dst)]
+        slots = sorted({int(src.cluster("KEYSLOT", k)) for k in src.scan_iter(count=1000)})
+        if not slots:
+            raise RuntimeError("no key on the first master")
+        for slot in slots[:200]:
+            dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", ids[0])
+            src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", ids[1])
+            for _ in range(100):
+                keys = src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100)
+                if not keys:
+                    break
+                src.execute_command("MIGRATE", HOST, target.port, "", 0, 5000, "KEYS", *keys)
+            for node in (target, source, *others):
+                with topologies.admin(node.port) as client:
+                    client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", ids[1])
+    cluster.wait_steady()
+    return f"{len(slots[:200])} slots moved"
+
+
+def websockets(redis: harness.RedisServer, port: int, until: float) -> None:
+    """WS_CLIENTS WebSocket clients in a process of their own until ``until``."""
+    context = multiprocessing.get_context("spawn")
+    ours, theirs = context.Pipe()
+    deadline = time.time() + until - time.perf_counter()  # the child's clock
+    child = context.Process(target=ws_process, args=(port, deadline, theirs))
+    child.start()
+    theirs.close()
+    if not ours.poll(until - time.perf_counter() + 60):
+        child.kill()
+    WS_RESULT[:] = [ours.recv()]  # EOFError when the child died: the fault failed
+    child.join(30)
+
+
+WS_RESULT: list[tuple[dict[str, int], list[float]]] = []
+
+
+def ws_process(port: int, deadline: float, conn: Any) -> None:
+    conn.send(asyncio.run(ws_clients(port, deadline)))
+
+
+async def ws_clients(port: int, deadline: float) -> tuple[dict[str, int], list[float]]:
+    """Each client connects (over the first second), then sends one text frame a second and
+    waits for its echo; the counts of each outcome and the echoes' latency in ms."""
+    from wsproto import ConnectionState, ConnectionType, WSConnection, events
+
+    stats: Counter[str] = Counter()
+    latency: list[float] = []
+
+    async def client(k: int) -> None:
+        await asyncio.sleep(k / WS_CLIENTS)
+        ws, pending = WSConnection(ConnectionType.CLIENT), deque[Any]()
+        try:
+            reader, writer = await asyncio.open_connection(HOST, port)
+        except OSError:
+            stats["no connection"] += 1
+            return
+
+        async def event() -> Any:
+            while not pending:
+                data = await reader.read(65536)
+                ws.receive_data(data or None)
+                for e in ws.events():
+                    if isinstance(e, events.Ping):
+                        writer.write(ws.send(e.response()))
+                    else:
+                        pending.append(e)
+                if not data and not pending:
+                    return None
+            return pending.popleft()
+
+        head = [(b"x-client", f"ws{k}".encode())]
+        try:
+            writer.write(ws.send(events.Request(host=HOST, target="/ws/echo/", extra_headers=head)))
+            answer = await asyncio.wait_for(event(), WS_TIMEOUT)
+            if not isinstance(answer, events.AcceptConnection):
+                stats[f"handshake {getattr(answer, 'status_code', 'closed')}"] += 1
+                return
+            next_at = time.time() + k / WS_CLIENTS
+            while next_at < deadline:
+                await asyncio.sleep(max(0.0, next_at - time.time()))
+                if ws.state is not ConnectionState.OPEN:  # the server's close is pending
+                    answer = pending.popleft() if pending else None
+                    break
+                next_at, sent = next_at + 1.0, time.time()
+                writer.write(ws.send(events.Message(data=f"m{k}")))
+                answer = await asyncio.wait_for(event(), WS_TIMEOUT)
+                if not isinstance(answer, events.TextMessage):
+                    break
+                stats["throttled" if "throttled" in answer.data else "echoed"] += 1
+                latency.append((time.time() - sent) * 1000)
+            else:
+                return
+            code = answer.code if isinstance(answer, events.CloseConnection) else "without a frame"
+            stats[f"closed {code}"] += 1  # 4429: after throttle_close_after rejections
+        except (OSError, TimeoutError):
+            stats["unanswered"] += 1
+        except Exception as exc:  # wsproto's protocol errors: counted, the others go on
+            stats[type(exc).__name__] += 1
+        finally:
+            writer.close()
+
+    await asyncio.gather(*(client(k) for k in range(WS_CLIENTS)))
+    return dict(stats), latency
+
+
+@dataclass(frozen=True)
+class Fault:
+    label: str
+    topology: str  # single, sentinel or cluster
+    inject: Callable[[Any, int, float], str | None]
+    outage: bool = False  # Redis unreachable for more than TIMEOUT: 503s follow the fail mode
+    minimum: float = 5.0  # seconds of load at least
+    servers: tuple[str, ...] = ("gunicorn", "uvicorn")
+
+
+FAULTS = {
+    "stop-0.05": Fault("SIGSTOP 0.05 s", "single", stop(0.05)),
+    "stop-1": Fault("SIGSTOP 1 s", "single", stop(1.0), outage=True),
+    "flush": Fault("SCRIPT FLUSH", "single", script_flush),
+    "ws": Fault(
+        f"{WS_CLIENTS} WebSockets", "single", websockets, minimum=10.0, servers=("uvicorn",)
+    ),
+    "sentinel": Fault("Sentinel failover", "sentinel", sentinel_failover, minimum=20.0),
+    "cluster-failover": Fault("CLUSTER FAILOVER", "cluster", cluster_failover),
+    "migration": Fault("slot migration", "cluster", migrate_slots),
+}
+
+
+@contextlib.contextmanager
+def topology(kind: str, plain: harness.RedisServer) -> Iterator[tuple[Any, dict[str, Any]]]:
+    """The topology's object (what a fault hits) and the settings that reach it."""
+    if kind == "single":
+        yield plain, {"CACHES": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": plain.url}}
+    elif kind == "sentinel":
+        with topologies.SentinelGroup() as group:
+            options = {
+                "CONNECTION_FACTORY": "django_redis.pool.SentinelConnectionFactory",
+                "SENTINELS": group.sentinels,
+            }
+            cache = {"BACKEND": "django_redis.cache.RedisCache", "OPTIONS": options}
+            yield group, {"CACHES": {**cache, "LOCATION": f"redis://{group.service_name}/0"}}
+    else:  # the cache stays on the single node; decisions go to the cluster
+        with topologies.Cluster() as cluster:
+            cache = {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": plain.url}
+            yield cluster, {"CACHES": cache, "CLUSTER_URL": cluster.url}
+
+
+def most_admitted(samples: list[Sample]) -> tuple[dict[int, int], float | None]:
+    """Per client, the most /api/ admissions certainly decided within one window (all sent and
+    answered within SUITE_WINDOW of the first one's sending); when the first excess began."""
+    spans: dict[int, list[tuple[float, float]]] = {}
+    for s in samples:
+        if not s.closed and s.status == 200:
+            spans.setdefault(s.client, []).append((s.end - s.ms / 1000, s.end))
+    most, excess = {}, []
+    for client, mine in spans.items():
+        mine.sort()
+        counts = [
+            sum(end - t < SUITE_WINDOW for _, end in mine[i:]) for i, (t, _) in enumerate(mine)
+        ]
+        most[client] = max(counts)
+        excess += [t for (t, _), n in zip(mine, counts, strict=True) if n > SUITE_LIMIT]
+    return most, min(excess, default=None)
+
+
+def verdict(value: int) -> str:
+    return f"{value} {'PASS' if value == 0 else 'FAIL'}"
+
+
+def one_run(
+    name: str, server: str, env: dict[str, str], topo: Any, seconds: float, log: Path
+) -> tuple[list[str], bool]:
+    """One fault under load on one server: the row of the table, and whether it failed."""
+    fault, index = FAULTS[name], log.stem
+    cls = harness.Gunicorn if server == "gunicorn" else harness.Uvicorn
+    srv = cls(env, log, WORKERS, THREADS)
+    try:
+        srv.start()
+    except BaseException:
+        srv.stop()
+        raise
+    WS_RESULT.clear()
+    for i in range(WORKERS * 6):  # every worker loads its rules before the clock starts
+        harness.http_get(srv.port, "/api/items/" if i % 2 else "/items/1/")
+    t0 = time.perf_counter()
+    cap = int(seconds * 3 * SUITE_CLIENTS / SUITE_INTERVAL)
+    load = Load(srv.port, SUITE_CLIENTS, cap, t0, t0 + seconds + 120, prefix=f"{index}-")
+    load.interval, load.every = SUITE_INTERVAL, SUITE_EVERY
+    threads = [threading.Thread(target=client_loop, args=(load, c)) for c in range(SUITE_CLIENTS)]
+    try:
+        for t in threads:
+            t.start()
+        time.sleep(seconds * 0.25)
+        began = time.perf_counter() - t0
+        try:
+            done, broken = fault.inject(topo, srv.port, t0 + seconds * 0.9) or "", False
+        except Exception as exc:  # the fault did not happen as meant: the run fails
+            done, broken = f"the fault failed: {exc!r}", True
+        ended = time.perf_counter() - t0
+        time.sleep(max(0.0, t0 + max(seconds, ended + BREAKER_INTERVAL + 1) - time.perf_counter()))
+    finally:
+        load.stop.set()
+        for t in threads:
+            t.join(15)
+        srv.stop()
+    tracebacks = log.read_text(errors="replace").count("Traceback")
+    samples = load.samples
+    # An outage excuses the 503s of requests in flight from its start to one breaker interval
+    # (and a margin) after its end.
+    low, high = (began, ended + BREAKER_INTERVAL + 0.5) if fault.outage else (0.0, 0.0)
+    unavailable = [s for s in samples if s.status == 503]
+    healthy = [s.end for s in unavailable if not (s.end > low and s.end - s.ms / 1000 < high)]
+    errors = sum(s.status < 0 or s.status >= 500 and s.status != 503 for s in samples)
+    n503 = len(healthy)
+    note = f"{len(unavailable) - n503} in the outage" if fault.outage else done
+    if healthy:
+        note = f"{note}; 503s healthy {min(healthy):.1f}-{max(healthy):.1f} s".lstrip("; ")
+    if WS_RESULT:
+        stats, latency = WS_RESULT[0]
+        errors += sum(v for k, v in stats.items() if k not in ("echoed", "throttled", CLOSED))
+        n503 += stats.get("throttled", 0)
+        note = ", ".join(f"{k}: {v}" for k, v in sorted(stats.items()))
+        note = f"WS {note}; echo p99 {harness.p99(latency or [float('nan')]):.1f} ms"
+    most, first = most_admitted(samples)
+    over = sum(n > SUITE_LIMIT for n in most.values())
+    if first is not None:
+        note = f"{note}; over {SUITE_LIMIT}/s from {first:.1f} s".lstrip("; ")
+    ms = [s.ms for s in samples if s.closed and s.status == 200] or [float("nan")]
+    row = [
+        fault.label,
+        server,
+        f"{began:.1f}-{ended:.1f}",
+        str(len(samples)),
+        ", ".join(f"{k}: {v}" for k, v in sorted(Counter(s.status for s in samples).items())),
+        verdict(errors + tracebacks),
+        verdict(n503),
+        verdict(over) + (f" (max {max(most.values())})" if over else ""),
+        f"{harness.p99(ms):.1f}",
+        note,
+    ]
+    return row, bool(broken or errors or tracebacks or n503 or over)
+
+
+def suite(args: argparse.Namespace) -> int:
+    runs = [(n, s) for n in args.only for s in FAULTS[n].servers if s in args.servers]
+    share = args.seconds / max(1, len(runs))
+    workdir = Path(tempfile.mkdtemp(prefix="bench-load-"))
+    plain = harness.RedisServer()
+    rows, failed = [], False
+    header = ("fault", "server", "fault at s", "requests", "statuses", "500s", "503s healthy")
+    header += (f"clients over {SUITE_LIMIT}/s", "p99 ms /items/", "")
+    try:
+        harness.print_machine("gunicorn", "uvicorn", "channels", "wsproto", "django-redis")
+        plain.start()
+        for kind in ("single", "sentinel", "cluster"):
+            mine = [(n, s) for n, s in runs if FAULTS[n].topology == kind]
+            if not mine:
+                continue
+            with topology(kind, plain) as (topo, conf):
+                module = f"bench_load_{kind}"
+                (workdir / f"{module}.py").write_text(
+                    SUITE_SETTINGS.format(
+                        db=str(workdir / "db.sqlite3"),
+                        cache=conf.pop("CACHES"),
+                        breaker=BREAKER_INTERVAL,
+                        extra=conf,
+                    )
+                )
+                env = harness.project_env(workdir, module, plain.url)
+                if not (workdir / "db.sqlite3").exists():
+                    harness.manage(env, "migrate", "--noinput")
+                    harness.manage(env, "shell", "-c", SUITE_RULES.format(limit=SUITE_LIMIT))
+                for name, server in mine:
+                    seconds = max(share, FAULTS[name].minimum)
+                    print(f"{FAULTS[name].label} under {server}, {seconds:.0f} s", flush=True)
+                    log = workdir / f"r{len(rows)}.log"
+                    row, bad = one_run(name, server, env, topo, seconds, log)
+                    rows.append(row)
+                    failed |= bad
+        print(
+            f"\n## Faults under load ({SUITE_CLIENTS} clients, one request per "
+            f"{SUITE_INTERVAL * 1000:g} ms each, every {SUITE_EVERY}nd to /items/; gunicorn "
+            f"{WORKERS} x {THREADS} gthread, uvicorn {WORKERS} workers)\n"
+        )
+        harness.table(header, rows)
+        print("\nFAIL" if failed else "\nPASS")
+        return 1 if failed else 0
+    finally:
+        plain.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--fault", choices=("kill", "stop", "none"), default="kill")
@@ -196,11 +562,22 @@ def main() -> int:
         help="seconds before, during and after the outage (8 7 8; the breaker's "
         "interval is added to the last)",
     )
+    p.add_argument("--faults", action="store_true", help="the faults under load instead")
+    p.add_argument("--seconds", type=float, default=300.0, help="--faults: load in all (300)")
+    p.add_argument(
+        "--only", nargs="+", choices=FAULTS, default=list(FAULTS), metavar="FAULT",
+        help="--faults: these only, of " + ", ".join(FAULTS),
+    )  # fmt: skip
+    p.add_argument(
+        "--servers", nargs="+", choices=("gunicorn", "uvicorn"), default=("gunicorn", "uvicorn")
+    )
     args = p.parse_args()
+    signal.signal(signal.SIGTERM, lambda signum, _: sys.exit(128 + signum))  # run the finally
+    if args.faults:
+        return suite(args)
     before, outage, after = args.phases
     if before + outage + after + BREAKER_INTERVAL > 50:
         p.error("the phases must fit in the /api/ rule's one-minute window")
-    signal.signal(signal.SIGTERM, lambda signum, _: sys.exit(128 + signum))  # run the finally
     workdir = Path(tempfile.mkdtemp(prefix="bench-load-"))
     redis = harness.RedisServer()
     server: harness.Gunicorn | None = None
