@@ -326,3 +326,32 @@ def test_a_sentinel_demotion_fails_only_the_decisions_it_cuts(
     # At most the decisions in flight when the connections were cut: one per worker.
     assert statuses.count(503) <= traffic.workers, statuses.count(503)
     assert_exact(client)
+
+
+@pytest.mark.django_db
+def test_a_sentinel_failover_moves_decisions_to_the_new_primary_within_a_refresh(
+    settings: Any, group: SentinelGroup
+) -> None:
+    """After SENTINEL FAILOVER the old primary takes writes until Sentinel demotes it, up to
+    10 s later. The rules refresh asks the Sentinels for the primary, so within RULES_REFRESH
+    every decision goes to the new one: a client is never counted on both."""
+    from django_throttle import check_key
+    from tests.helpers import window_keys
+
+    throttle_settings(settings, sentinel_cache(group))
+    settings.DJANGO_THROTTLE = {**settings.DJANGO_THROTTLE, "RULES_REFRESH": 0.1}
+    rule("tenants", "tenants", 1000, unit="hour", algorithm="fixed_window")
+    old = group.master()
+
+    def counted(server: Any) -> int:
+        with closing(server.client(socket_timeout=2)) as node:
+            return sum(int(node.get(key) or 0) for key in window_keys(node))
+
+    assert all(check_key("tenants", "acme").allowed for _ in range(3))
+    assert counted(old) == 3
+    new_host, new_port = group.failover()
+    time.sleep(0.3)  # past a rules refresh
+    assert all(check_key("tenants", "acme").allowed for _ in range(5))
+    new = group.server(new_port)
+    assert counted(old) == 3  # still a primary, yet no longer written to
+    assert counted(new) == 3 + 5  # the 3 replicated before the failover, then every one since

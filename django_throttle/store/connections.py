@@ -110,6 +110,9 @@ class ConnectionStack:
         # own of taken connections), known once the first connection is made.
         self._direct_reads = direct_reads
         self.direct = False
+        # A Sentinel pool of the primary: each connection remembers the primary it reached,
+        # and one made before the pool learnt of a new primary is not used again.
+        self._sentinel = isinstance(pool, SentinelConnectionPool) and pool.is_master
         _stacks.add(self)
 
     @classmethod
@@ -135,7 +138,9 @@ class ConnectionStack:
             # Every idle connection finished its last command. One that reads as ready
             # before we sent anything was closed by the server (restart, idle timeout):
             # reconnect, as redis-py's pool does, instead of failing this request on it.
-            if self.direct:
+            if self._sentinel and getattr(conn, _PRIMARY, None) != self.pool.master_address:
+                pass  # to a primary of before a failover: counts must go to one server
+            elif self.direct:
                 if not _readable(conn):
                     return conn
             else:
@@ -146,6 +151,8 @@ class ConnectionStack:
                     pass
             conn.disconnect()
         conn.connect()
+        if self._sentinel:
+            setattr(conn, _PRIMARY, self.pool.master_address)
         if self.direct:
             kernel_timeouts(conn)
         return conn
@@ -379,6 +386,7 @@ def _readable(conn: Any) -> bool:
 
 
 _WATCH = "_django_throttle_poll"
+_PRIMARY = "_django_throttle_primary"  # the (host, port) a Sentinel connection reached
 
 
 # Connects a stack of an event loop makes at a time. A burst of decisions on a new (or

@@ -34,7 +34,7 @@ from .fallback import (
     report,
 )
 from .memory import MemoryStore
-from .redis import HOLD_SOURCE, AsyncRedisStore, RedisStore
+from .redis import HOLD_SOURCE, AsyncRedisStore, RedisStore, ask_sentinels
 from .shared_counts import CountsLink
 from .steps import Steps, adrive, drive
 
@@ -436,6 +436,7 @@ class GuardedStore:
         third key of that slot read with them, tells whether blocks written by ``block()`` may
         live (``held_key()``): decisions read every rule's block keys while it does."""
         self._refuse_while_open(key)
+        ask_sentinels(self._client())
         if held is None:
             first, second = self._client().mget([key, other])
         else:

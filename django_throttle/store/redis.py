@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import struct
@@ -28,6 +29,7 @@ from ..state_keys import ALGORITHM_CODES, BLOCK_SUFFIX, CALENDAR_CODE, client_ta
 from .aio_connection import async_stack
 from .base import BlockReads, Check, Result, client_keys, state_key
 from .connections import Command, ConnectionStack, reloaded
+from .errors import STORE_ERRORS
 from .steps import adrive, drive
 from .wire import array, bulk
 
@@ -254,6 +256,20 @@ def client_from_cache(alias: str) -> tuple[Any, bool]:
     else:
         return base, False  # other pools: used as django-redis built them
     return Redis(connection_pool=new_pool), True
+
+
+def ask_sentinels(client: Any) -> None:
+    """For a client of a Sentinel pool, ask the Sentinels which server is the primary now.
+
+    Called once per rules refresh: after a failover every process decides on the new primary
+    within RULES_REFRESH (its connections to the old one are not used again), rather than
+    when the old primary is demoted, up to 10 s later, counting meanwhile on both."""
+    pool: Any = getattr(client, "connection_pool", None)
+    if type(pool) is not SentinelConnectionPool or not pool.is_master:
+        return
+    # No Sentinel answers: the primary known stays in use, as for a decision.
+    with contextlib.suppress(*STORE_ERRORS):
+        _untyped(pool.get_master_address)()
 
 
 def async_client_from_cache(alias: str) -> Any:
