@@ -15,7 +15,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.handlers.asgi import ASGIHandler
 from django.db import connection, models
 from django.http import Http404, HttpRequest, HttpResponse
-from django.test import Client
+from django.test import Client, RequestFactory
 from django.urls import path
 from django.utils.html import escape
 
@@ -48,6 +48,22 @@ def raising(request: HttpRequest) -> HttpResponse:
     raise RuntimeError("the view failed")
 
 
+# A request held in its view until the test lets it go (``?hold=1``): its share stands meanwhile.
+INSIDE, RELEASE = threading.Event(), threading.Event()
+
+
+def held(request: HttpRequest, status: int) -> HttpResponse:
+    if request.GET.get("hold"):
+        INSIDE.set()
+        assert RELEASE.wait(30)
+    return HttpResponse(str(status), status=status)
+
+
+held_coded = throttle(
+    "held-coded", rate="1/s", algorithm="token_bucket", burst=1, count_statuses="401"
+)(held)
+
+
 @throttle("coded", rate="2/m", count_statuses="401")
 def coded(request: HttpRequest, status: int) -> HttpResponse:
     return HttpResponse(str(status), status=status)
@@ -71,6 +87,8 @@ def coded_forbidden(request: HttpRequest, what: str) -> HttpResponse:
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("attempt/<int:status>/", answer, name="attempt"),
+    path("held/<int:status>/", held, name="held"),
+    path("held-coded/<int:status>/", held_coded, name="held-coded-page"),
     path("async-attempt/<int:status>/", aanswer, name="async-attempt"),
     path("raising/", raising, name="raising"),
     path("coded/<int:status>/", coded, name="coded-page"),
@@ -123,6 +141,62 @@ def test_parallel_attempts_cannot_all_pass(algorithm: str) -> None:
         thread.join()
     # Counted before the view: one reached it, the others were rejected while it ran.
     assert sorted(answers) == [401] + [429] * 7
+
+
+def wait_for_room(path: str) -> None:
+    """Until the bucket has room for one more (the first request's own interval has ended)."""
+    scope = "held-coded" if "coded" in path else "held"
+    request = RequestFactory().get(path, REMOTE_ADDR=ADDRESS)
+    while not check(request, scope, dry_run=True).allowed:
+        time.sleep(0.01)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("algorithm", "path"),
+    [
+        ("token_bucket", "/held/"),
+        ("leaky_bucket", "/held/"),
+        ("token_bucket", "/held-coded/"),  # the decorator's code default, no middleware
+    ],
+)
+def test_a_slow_uncounted_request_gives_back_only_what_it_still_holds(
+    algorithm: str, path: str, settings: Any
+) -> None:
+    """Issue 30's case, "1 per second, burst 1, count 401": A is admitted and stays in its
+    view past its own interval; B (a 401) is admitted once A's interval has ended; A's 200
+    then gives back what A still holds, nothing, so C (a 401 right after) is rejected: one
+    401 per second, not two. Giving back A's whole interval emptied the bucket (B's share
+    lost) and let C in."""
+    if path == "/held/":
+        auth = settings.MIDDLEWARE.index("django.contrib.auth.middleware.AuthenticationMiddleware")
+        settings.MIDDLEWARE = [
+            *settings.MIDDLEWARE[: auth + 1],
+            "django_throttle.middleware.ThrottleMiddleware",
+            *settings.MIDDLEWARE[auth + 1 :],
+        ]
+        rule("held", "held", 1, unit="second", algorithm=algorithm, burst=1, count_statuses="401")
+    INSIDE.clear()
+    RELEASE.clear()
+    answers: list[int] = []
+
+    def first() -> None:
+        try:
+            answers.extend(statuses([f"{path}200/"], data={"hold": "1"}))
+        finally:
+            connection.close()  # this thread's connection to the test database
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    try:
+        assert INSIDE.wait(30)
+        wait_for_room(f"{path}401/")
+        assert statuses([f"{path}401/"]) == [401]  # B
+    finally:
+        RELEASE.set()
+        thread.join()
+    assert answers == [200]  # A, given back
+    assert statuses([f"{path}401/"]) == [429]  # C: B's share stands
 
 
 @pytest.mark.usefixtures("throttle_middleware")

@@ -51,6 +51,10 @@ class Check:
     rule: CompiledRule
     identity: str
     cost: int = 1
+    # A give-back to a bucket: the arrival time (us) its decision left, where the request's
+    # own interval ends; what it still holds is what is left of it (0: not known, the whole
+    # cost's time is given back).
+    until: int = 0
 
 
 @dataclass(slots=True)  # not frozen: built for every check, and frozen costs 4x to build

@@ -135,7 +135,8 @@ class MemoryStore:
             return results
 
     def refund(self, checks: Sequence[Check], at: int = 0) -> None:
-        """refund.lua's semantics: the decision's window, its log entries, the bucket's time."""
+        """refund.lua's semantics: the decision's window, its log entries, what is left of the
+        bucket's time the decision took."""
         with self._lock:
             now = self._clock()
             moment = at or now
@@ -160,7 +161,12 @@ class MemoryStore:
                 elif algorithm in (Algorithm.SLIDING_WINDOW_LOG, Algorithm.CONCURRENCY):
                     entry[0] = _without(state, at, cost)
                 else:
-                    back = state - math.floor(cost * rule.period * US / rule.limit)
+                    held = math.floor(cost * rule.period * US / rule.limit)
+                    if check.until and at:
+                        held = min(held, check.until - now)  # what is left of its interval
+                    if held <= 0:
+                        continue
+                    back = state - held
                     if back <= now:
                         del self._state[key]
                     else:

@@ -516,7 +516,9 @@ def refund_input(checks: Sequence[Check], at_us: int) -> list[Any]:
         rule = check.rule
         calendar = rule.calendar
         if calendar is None:
-            args += (ALGORITHM_CODES[rule.algorithm], rule.limit, rule.period, rule.burst)
+            # A bucket's slot carries the arrival time its decision left (refund.lua).
+            extra = check.until if rule.algorithm in ALGORITHMS_WITH_BURST else rule.burst
+            args += (ALGORITHM_CODES[rule.algorithm], rule.limit, rule.period, extra)
         else:
             args += (CALENDAR_CODE, rule.limit, rule.period, calendar.encoded(moment))
         args.append(check.cost)
