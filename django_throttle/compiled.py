@@ -14,7 +14,7 @@ from .conf import conf
 from .networks import Network, parse_networks
 from .patterns import Matcher, compile_scope
 from .rates import CALENDAR_UNITS, MAX_PER, MAX_WINDOW, UNIT_SECONDS
-from .state_keys import ALGORITHM_CODES, base36, state_prefix
+from .state_keys import ALGORITHM_CODES, base36, block_prefix, state_prefix
 from .statuses import parse_statuses
 
 MAX_LIMIT = 1_000_000_000
@@ -56,6 +56,7 @@ class CompiledRule:
     action: str
     fail_mode: str
     state_prefix: str  # where this rule's per-client state lives in the store; unique per rule
+    block_prefix: str  # where its blocks of clients live: the rule's id and name, not algorithm
     header_meta_key: str = ""  # request.META name of the header a 'header' rule keys on
     match: Matcher | None = None  # a regular-expression scope's matcher (patterns.py)
     block: int = 0  # seconds a rejection blocks the client for
@@ -161,6 +162,7 @@ def build_rule(
         action=action,
         fail_mode=fail_mode,
         state_prefix=state_prefix(base36(id) if rule_key is None else rule_key, algorithm),
+        block_prefix=block_prefix(base36(id) if rule_key is None else rule_key, name),
         header_meta_key=header_meta_key(key_arg) if key_kind == KeyKind.HEADER else "",
         match=compile_scope(scope) if scope.startswith("^") else None,
         block=block,

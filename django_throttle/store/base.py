@@ -30,12 +30,17 @@ def state_key(rule: CompiledRule, identity: str) -> str:
     return rule.state_prefix + client_tag(identity)
 
 
+def block_key(rule: CompiledRule, identity: str) -> str:
+    """The client's block under the rule: beside its state in the cluster (the same tag)."""
+    return rule.block_prefix + client_tag(identity) + BLOCK_SUFFIX
+
+
 def client_keys(rule: CompiledRule, identity: str, now: float) -> list[str]:
     """Every key one client can have under ``rule`` around ``now`` (the store's clock, as this
     process estimates it): its state key, its block key and, for windows, the key of every
     window a decision could count in or read from within a period either side of ``now``."""
     key = state_key(rule, identity)
-    keys = [key, key + BLOCK_SUFFIX]
+    keys = [key, block_key(rule, identity)]
     if rule.calendar is not None:
         keys += [f"{key}:{start}" for start in rule.calendar.starts(now)]
     elif rule.algorithm in WINDOWED:

@@ -12,8 +12,7 @@ from typing import Any
 
 from ..choices import Algorithm
 from ..compiled import CompiledRule
-from ..state_keys import BLOCK_SUFFIX
-from .base import Check, Result, state_key
+from .base import Check, Result, block_key, state_key
 
 US = 1_000_000
 SWEEP_EVERY = 1024  # writes between two sweeps of expired state
@@ -101,11 +100,12 @@ class MemoryStore:
             for check in checks:
                 rule = check.rule
                 key = state_key(rule, check.identity)
-                evaluation, blocked = self._blocked(rule, key, now, dry_run)
+                bkey = block_key(rule, check.identity)
+                evaluation, blocked = self._blocked(bkey, now)
                 if evaluation is None:
                     evaluation = self._evaluate(rule, key, now, check.cost)
                     if not evaluation[0] and rule.block and not dry_run:
-                        evaluation, blocked = self._block(rule, key, now, evaluation), True
+                        evaluation, blocked = self._block(rule, bkey, now, evaluation), True
                 if not evaluation[0] and rule.enforcing:
                     admitted = False
                 evaluations.append(evaluation)
@@ -177,33 +177,28 @@ class MemoryStore:
         with self._lock:
             now = self._clock()
             for check in checks:
-                self._set(
-                    state_key(check.rule, check.identity) + BLOCK_SUFFIX, 1, now, seconds * US
-                )
+                self._set(block_key(check.rule, check.identity), 1, now, seconds * US)
 
     def reset(self, rule: CompiledRule, identity: str) -> None:
         with self._lock:
-            key = state_key(rule, identity)
-            self._state.pop(key, None)
-            self._state.pop(key + BLOCK_SUFFIX, None)
+            self._state.pop(state_key(rule, identity), None)
+            self._state.pop(block_key(rule, identity), None)
 
     # -- block durations (see decide.lua) ---------------------------------------
 
-    def _blocked(
-        self, rule: CompiledRule, key: str, now: int, dry_run: bool
-    ) -> tuple[Evaluation | None, bool]:
+    def _blocked(self, bkey: str, now: int) -> tuple[Evaluation | None, bool]:
         """A rejection while the client is blocked under this rule (by a rejection of a rule
         with a block duration, or by block()), else (None, False)."""
-        entry = self._state.get(key + BLOCK_SUFFIX)
+        entry = self._state.get(bkey)
         if entry is None or entry[1] <= now:
             return None, False
         left = math.ceil((entry[1] - now) / 1000) * 1000  # whole milliseconds, as PTTL
         return (False, 0, 0, left, left, 0.0, None), True
 
-    def _block(self, rule: CompiledRule, key: str, now: int, rejected: Evaluation) -> Evaluation:
+    def _block(self, rule: CompiledRule, bkey: str, now: int, rejected: Evaluation) -> Evaluation:
         """Start the block of a client this rule has just rejected."""
         block = rule.block * US
-        self._set(key + BLOCK_SUFFIX, 1, now, block)
+        self._set(bkey, 1, now, block)
         ok, rem_after, rem_now, reset_after, retry, delay, write = rejected
         retry = max(retry, block)
         return ok, rem_after, rem_now, max(reset_after, retry), retry, delay, write
