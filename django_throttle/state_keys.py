@@ -25,6 +25,9 @@ ALGORITHM_CODES: Mapping[str, str] = MappingProxyType(
 
 CALENDAR_CODE = "k"  # decide.lua's code of a fixed window of weeks or months (state: "f")
 BLOCK_SUFFIX = ":b"  # ends a block key (cluster.py tells one from a state key by it)
+# After a state prefix's algorithm letter, the state of a rule's counted outcomes (compiled.
+# outcomes_rule()): no algorithm's letter, so no rule's state prefix ends so.
+OUTCOMES_MARK = "o"
 DIGEST_BYTES = 9  # 72 bits: 12 characters of base64, collision-free for any realistic client count
 
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..compiled import CompiledRule
+from ..compiled import CompiledRule, outcomes_rule
 from ..state_keys import BLOCK_SUFFIX, client_tag
 
 # Algorithms whose state is a key per window, "<state key>:<window>" (decide.lua's header).
@@ -37,15 +37,18 @@ def block_key(rule: CompiledRule, identity: str) -> str:
 
 def client_keys(rule: CompiledRule, identity: str, now: float) -> list[str]:
     """Every key one client can have under ``rule`` around ``now`` (the store's clock, as this
-    process estimates it): its state key, its block key and, for windows, the key of every
-    window a decision could count in or read from within a period either side of ``now``."""
-    key = state_key(rule, identity)
-    keys = [key, block_key(rule, identity)]
-    if rule.calendar is not None:
-        keys += [f"{key}:{start}" for start in rule.calendar.starts(now)]
-    elif rule.algorithm in WINDOWED:
-        window = int(now // rule.period)
-        keys += [f"{key}:{n}" for n in range(window - 2, window + 2)]
+    process estimates it): its block key, its state key and, for windows, the key of every
+    window a decision could count in or read from within a period either side of ``now``; the
+    same of its counted outcomes' state for a rule that defers its block."""
+    keys = [block_key(rule, identity)]
+    for each in (rule, outcomes_rule(rule)) if rule.defers_block else (rule,):
+        key = state_key(each, identity)
+        keys.append(key)
+        if rule.calendar is not None:
+            keys += [f"{key}:{start}" for start in rule.calendar.starts(now)]
+        elif rule.algorithm in WINDOWED:
+            window = int(now // rule.period)
+            keys += [f"{key}:{n}" for n in range(window - 2, window + 2)]
     return keys
 
 

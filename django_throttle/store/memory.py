@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..choices import Algorithm
-from ..compiled import CompiledRule
+from ..compiled import CompiledRule, outcomes_rule
 from .base import Check, Result, block_key, state_key
 
 US = 1_000_000
@@ -104,7 +104,7 @@ class MemoryStore:
                 evaluation, blocked = self._blocked(bkey, now)
                 if evaluation is None:
                     evaluation = self._evaluate(rule, key, now, check.cost)
-                    if not evaluation[0] and rule.block and not dry_run:
+                    if not evaluation[0] and rule.block and not rule.defers_block and not dry_run:
                         evaluation, blocked = self._block(rule, bkey, now, evaluation), True
                 if not evaluation[0] and rule.enforcing:
                     admitted = False
@@ -183,6 +183,8 @@ class MemoryStore:
         with self._lock:
             self._state.pop(state_key(rule, identity), None)
             self._state.pop(block_key(rule, identity), None)
+            if rule.defers_block:
+                self._state.pop(state_key(outcomes_rule(rule), identity), None)
 
     # -- block durations (see decide.lua) ---------------------------------------
 

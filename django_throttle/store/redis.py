@@ -351,7 +351,7 @@ def rule_args(rule: CompiledRule) -> RuleArgs:
     code = ALGORITHM_CODES[rule.algorithm] if rule.calendar is None else CALENDAR_CODE
     spec = rule.period * 64 + SCRIPT_ALGORITHMS[code]
     tail: tuple[int, ...] = ()
-    if rule.block:
+    if rule.block and not rule.defers_block:  # a deferring rule reads its block, never starts it
         spec += _BLOCK_SECONDS_FOLLOW
         tail += (rule.block,)
     if rule.algorithm in ALGORITHMS_WITH_BURST:
