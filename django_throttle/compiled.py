@@ -14,7 +14,7 @@ from .conf import conf
 from .networks import NO_NETWORKS, NetworkSet, network_set
 from .patterns import Matcher, compile_scope
 from .rates import CALENDAR_UNITS, MAX_PER, MAX_WINDOW, UNIT_SECONDS
-from .state_keys import ALGORITHM_CODES, base36, state_prefix
+from .state_keys import ALGORITHM_CODES, OUTCOMES_MARK, base36, block_prefix, state_prefix
 from .statuses import parse_statuses
 
 MAX_LIMIT = 1_000_000_000
@@ -56,6 +56,7 @@ class CompiledRule:
     action: str
     fail_mode: str
     state_prefix: str  # where this rule's per-client state lives in the store; unique per rule
+    block_prefix: str  # where its blocks of clients live: the rule's id and name, not algorithm
     header_meta_key: str = ""  # request.META name of the header a 'header' rule keys on
     match: Matcher | None = None  # a regular-expression scope's matcher (patterns.py)
     block: int = 0  # seconds a rejection blocks the client for
@@ -83,6 +84,12 @@ class CompiledRule:
     # Whether it counts every client (no audience, no exemption of its own): then only the
     # EXEMPT_NETWORKS setting can leave a request out (audience.counts()).
     everyone: bool = field(init=False, compare=False, repr=False)
+    # A block duration with count_statuses: a decision never starts the block (a rejection
+    # may come from shares of requests in flight whose outcome is unknown); a counted
+    # outcome that fills the limit does (outcomes_rule()).
+    defers_block: bool = field(init=False, compare=False, repr=False)
+    # The rule's variants made from it, at first use (every_call(), outcomes_rule()).
+    variants: dict[str, CompiledRule] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         # Here, not in build_rule: an override's replace() with its own limit gets its own.
@@ -94,6 +101,8 @@ class CompiledRule:
                 and not (self.exempt_staff or self.exempt_groups or self.exempt_networks),
             ),
             ("store_args", None),
+            ("defers_block", bool(self.block and self.count_statuses)),
+            ("variants", {}),
         ):
             object.__setattr__(self, name, value)
 
@@ -104,6 +113,39 @@ class CompiledRule:
         """Whether this rule answers 503 while the store is unreachable."""
         mode = self.fail_mode
         return mode == FailMode.CLOSED or (mode == FailMode.DEFAULT and not fail_open)
+
+
+def every_call(rule: CompiledRule) -> CompiledRule:
+    """The rule counting every call, where no response will be seen to count by
+    (``check_key()``, ``acquire()``, a bare ``check()``): every call is a counted outcome, so
+    its rejection starts the block."""
+    if not rule.defers_block:
+        return rule
+    found = rule.variants.get("every")
+    if found is None:
+        found = rule.variants["every"] = replace(rule, count_statuses=None)
+    return found
+
+
+def outcomes_rule(rule: CompiledRule) -> CompiledRule:
+    """The state of a deferring rule's counted outcomes (``defers_block``), one short of the
+    rule: a counted outcome is decided against it when its response is known, and rejected
+    there exactly when, with it, the rule has no room for one more request, which starts the
+    rule's block (the same block key). Its state lives beside the rule's: ``thr:12fo:``."""
+    found = rule.variants.get("outcomes")
+    if found is None:
+        # A bucket keeps its rate and has one place less; a window or log, one request less.
+        bucket = rule.algorithm in ALGORITHMS_WITH_BURST
+        found = rule.variants["outcomes"] = replace(
+            rule,
+            state_prefix=rule.state_prefix[:-1] + OUTCOMES_MARK + ":",
+            count_statuses=None,
+            overrides=None,
+            override_ends=None,
+            limit=rule.limit if bucket else rule.limit - 1,
+            burst=rule.burst - 1,
+        )
+    return found
 
 
 def build_rule(
@@ -161,6 +203,7 @@ def build_rule(
         action=action,
         fail_mode=fail_mode,
         state_prefix=state_prefix(base36(id) if rule_key is None else rule_key, algorithm),
+        block_prefix=block_prefix(base36(id) if rule_key is None else rule_key, name),
         header_meta_key=header_meta_key(key_arg) if key_kind == KeyKind.HEADER else "",
         match=compile_scope(scope) if scope.startswith("^") else None,
         block=block,

@@ -1,4 +1,5 @@
-"""How state keys look in the store: ``thr:<rule><algorithm>:{<digest of the client>}``."""
+"""How keys look in the store: state ``thr:<rule><algorithm>:{<digest of the client>}``, a
+block ``thr:<rule>:<digest of its name>:{<digest of the client>}:b``."""
 
 from __future__ import annotations
 
@@ -23,7 +24,10 @@ ALGORITHM_CODES: Mapping[str, str] = MappingProxyType(
 )
 
 CALENDAR_CODE = "k"  # decide.lua's code of a fixed window of weeks or months (state: "f")
-BLOCK_SUFFIX = ":b"  # a rule's block of a client: its state key + this (same hash tag, same slot)
+BLOCK_SUFFIX = ":b"  # ends a block key (cluster.py tells one from a state key by it)
+# After a state prefix's algorithm letter, the state of a rule's counted outcomes (compiled.
+# outcomes_rule()): no algorithm's letter, so no rule's state prefix ends so.
+OUTCOMES_MARK = "o"
 DIGEST_BYTES = 9  # 72 bits: 12 characters of base64, collision-free for any realistic client count
 
 
@@ -56,6 +60,18 @@ def state_prefix(rule_key: str, algorithm: str) -> str:
     algorithm is changed.
     """
     return f"{conf.KEY_PREFIX}:{rule_key}{ALGORITHM_CODES[algorithm]}:"
+
+
+def block_prefix(rule_key: str, name: str) -> str:
+    """``thr:12:AbCd0123:``: the key prefix of one rule's blocks of clients.
+
+    Without the algorithm's letter, so a block outlives a change of the rule's algorithm or
+    limit (its state does not); with its name, so renaming the rule ends its blocks, as
+    deleting it does. A state prefix has a letter before its colon and is followed by the
+    client's tag: no block key is ever a state key.
+    """
+    named = hashlib.blake2b(name.encode("utf-8", "surrogatepass"), digest_size=6).digest()
+    return f"{conf.KEY_PREFIX}:{rule_key}:{base64.urlsafe_b64encode(named).decode('ascii')}:"
 
 
 @functools.lru_cache(maxsize=16_384)  # clients come back: a hash per client, not per request

@@ -15,11 +15,11 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.handlers.asgi import ASGIHandler
 from django.db import connection, models
 from django.http import Http404, HttpRequest, HttpResponse
-from django.test import Client
+from django.test import Client, RequestFactory
 from django.urls import path
 from django.utils.html import escape
 
-from django_throttle import check, throttle
+from django_throttle import check, check_key, throttle
 from django_throttle.management.rulefiles import RuleFileError, export_rules, import_rules, load
 from django_throttle.models import Rule
 from django_throttle.rules import get_rules, rule_cache
@@ -48,6 +48,22 @@ def raising(request: HttpRequest) -> HttpResponse:
     raise RuntimeError("the view failed")
 
 
+# A request held in its view until the test lets it go (``?hold=1``): its share stands meanwhile.
+INSIDE, RELEASE = threading.Event(), threading.Event()
+
+
+def held(request: HttpRequest, status: int) -> HttpResponse:
+    if request.GET.get("hold"):
+        INSIDE.set()
+        assert RELEASE.wait(30)
+    return HttpResponse(str(status), status=status)
+
+
+held_coded = throttle(
+    "held-coded", rate="1/s", algorithm="token_bucket", burst=1, count_statuses="401"
+)(held)
+
+
 @throttle("coded", rate="2/m", count_statuses="401")
 def coded(request: HttpRequest, status: int) -> HttpResponse:
     return HttpResponse(str(status), status=status)
@@ -71,6 +87,8 @@ def coded_forbidden(request: HttpRequest, what: str) -> HttpResponse:
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("attempt/<int:status>/", answer, name="attempt"),
+    path("held/<int:status>/", held, name="held"),
+    path("held-coded/<int:status>/", held_coded, name="held-coded-page"),
     path("async-attempt/<int:status>/", aanswer, name="async-attempt"),
     path("raising/", raising, name="raising"),
     path("coded/<int:status>/", coded, name="coded-page"),
@@ -123,6 +141,62 @@ def test_parallel_attempts_cannot_all_pass(algorithm: str) -> None:
         thread.join()
     # Counted before the view: one reached it, the others were rejected while it ran.
     assert sorted(answers) == [401] + [429] * 7
+
+
+def wait_for_room(path: str) -> None:
+    """Until the bucket has room for one more (the first request's own interval has ended)."""
+    scope = "held-coded" if "coded" in path else "held"
+    request = RequestFactory().get(path, REMOTE_ADDR=ADDRESS)
+    while not check(request, scope, dry_run=True).allowed:
+        time.sleep(0.01)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("algorithm", "path"),
+    [
+        ("token_bucket", "/held/"),
+        ("leaky_bucket", "/held/"),
+        ("token_bucket", "/held-coded/"),  # the decorator's code default, no middleware
+    ],
+)
+def test_a_slow_uncounted_request_gives_back_only_what_it_still_holds(
+    algorithm: str, path: str, settings: Any
+) -> None:
+    """Issue 30's case, "1 per second, burst 1, count 401": A is admitted and stays in its
+    view past its own interval; B (a 401) is admitted once A's interval has ended; A's 200
+    then gives back what A still holds, nothing, so C (a 401 right after) is rejected: one
+    401 per second, not two. Giving back A's whole interval emptied the bucket (B's share
+    lost) and let C in."""
+    if path == "/held/":
+        auth = settings.MIDDLEWARE.index("django.contrib.auth.middleware.AuthenticationMiddleware")
+        settings.MIDDLEWARE = [
+            *settings.MIDDLEWARE[: auth + 1],
+            "django_throttle.middleware.ThrottleMiddleware",
+            *settings.MIDDLEWARE[auth + 1 :],
+        ]
+        rule("held", "held", 1, unit="second", algorithm=algorithm, burst=1, count_statuses="401")
+    INSIDE.clear()
+    RELEASE.clear()
+    answers: list[int] = []
+
+    def first() -> None:
+        try:
+            answers.extend(statuses([f"{path}200/"], data={"hold": "1"}))
+        finally:
+            connection.close()  # this thread's connection to the test database
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    try:
+        assert INSIDE.wait(30)
+        wait_for_room(f"{path}401/")
+        assert statuses([f"{path}401/"]) == [401]  # B
+    finally:
+        RELEASE.set()
+        thread.join()
+    assert answers == [200]  # A, given back
+    assert statuses([f"{path}401/"]) == [429]  # C: B's share stands
 
 
 @pytest.mark.usefixtures("throttle_middleware")
@@ -410,3 +484,156 @@ def test_a_file_cannot_give_a_concurrency_rule_statuses() -> None:
     )
     with pytest.raises(RuleFileError, match="counts every request in flight"):
         import_rules(load(text, "json"), prune=False, dry_run=False)
+
+
+# -- blocks start from counted outcomes only -----------------------------------------------------
+
+
+def parallel(path: str, times: int) -> list[int]:
+    """The statuses of ``times`` requests sent at once, each slow in its view (0.3 s), so every
+    one arrives while the others still hold their share."""
+    get_rules()  # loaded before the threads start
+    barrier = threading.Barrier(times)
+    answers: list[int] = []
+
+    def attempt() -> None:
+        barrier.wait()
+        try:
+            answers.extend(statuses([path], data={"slow": "1"}))
+        finally:
+            connection.close()  # this thread's connection to the test database
+
+    threads = [threading.Thread(target=attempt) for _ in range(times)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return sorted(answers)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("throttle_middleware")
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_a_rejection_by_shares_in_flight_starts_no_block(algorithm: str) -> None:
+    """ "3 per minute, count 5xx, block 600": four requests at once, all answered 200. The
+    fourth is rejected while the first three are in their views (their outcome unknown), but
+    nothing was counted: no block, and the next request is served."""
+    rule("errors", "attempt", 3, count_statuses="5xx", block_seconds=600, algorithm=algorithm)
+    assert parallel("/attempt/200/", 4) == [200, 200, 200, 429]
+    assert statuses(["/attempt/200/"]) == [200]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("throttle_middleware")
+def test_parallel_right_passwords_never_lock_the_address_out() -> None:
+    """The lockout rule of docs/usage.md (5 per 15 minutes, count 401, block 3600): six right
+    passwords at once (200s) lock nobody out."""
+    rule("login-failures", "attempt", 5, per=15, count_statuses="401", block_seconds=3600)
+    assert parallel("/attempt/200/", 6) == [200] * 5 + [429]
+    assert statuses(["/attempt/401/", "/attempt/200/"]) == [401, 200]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("throttle_middleware")
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_counted_failures_that_fill_the_limit_start_the_block(algorithm: str) -> None:
+    """Twenty wrong passwords at once: exactly five reach the view; their five 401s fill the
+    limit, which starts the hour's block, whatever the next request would answer."""
+    rule(
+        "login-failures",
+        "attempt",
+        5,
+        per=15,
+        count_statuses="401",
+        block_seconds=3600,
+        algorithm=algorithm,
+    )
+    assert parallel("/attempt/401/", 20) == [401] * 5 + [429] * 15
+    [result] = check(client_request_to("/attempt/200/"), "attempt", dry_run=True).results
+    assert result.blocked and 3590 < result.retry_after <= 3600
+    assert statuses(["/attempt/200/"]) == [429]
+
+
+@pytest.mark.usefixtures("throttle_middleware")
+def test_the_block_starts_with_the_failure_that_fills_the_limit() -> None:
+    """One at a time, with right passwords between: only counted failures go towards it."""
+    rule("login-failures", "attempt", 3, count_statuses="401", block_seconds=3600)
+    assert statuses(["/attempt/401/", "/attempt/200/", "/attempt/401/", "/attempt/200/"]) == [
+        401,
+        200,
+        401,
+        200,
+    ]
+    [result] = check(client_request_to("/attempt/200/"), "attempt", dry_run=True).results
+    assert not result.blocked
+    assert statuses(["/attempt/401/", "/attempt/200/"]) == [401, 429]
+    [result] = check(client_request_to("/attempt/200/"), "attempt", dry_run=True).results
+    assert result.blocked and 3590 < result.retry_after <= 3600
+
+
+def test_check_key_counts_every_call_and_blocks_when_it_rejects() -> None:
+    """check_key() has no response to count: every call counts, and its rejection blocks."""
+    rule("login-failures", "attempt", 2, count_statuses="401", block_seconds=600)
+    assert [check_key("attempt", f"ip:{ADDRESS}").allowed for _ in range(3)] == [
+        True,
+        True,
+        False,
+    ]
+    [result] = check_key("attempt", f"ip:{ADDRESS}", dry_run=True).results
+    assert result.blocked and 590 < result.retry_after <= 600
+
+
+def client_request_to(path: str) -> Any:
+    from django.test import RequestFactory
+
+    return RequestFactory().get(path, REMOTE_ADDR=ADDRESS)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("throttle_middleware")
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_only_settled_counted_outcomes_go_towards_the_block(algorithm: str) -> None:
+    """Limit 5, count 401, block 3600: three 401s, then a right password held in its view
+    (its share taken, its outcome unknown), then a fourth 401, which fills the limit with that
+    share but counts the fourth failure only: no block. The right password's 200 gives its
+    share back; a fifth 401 fills the limit with failures: the block starts."""
+    rule(
+        "login-failures",
+        "held",
+        5,
+        per=15,
+        count_statuses="401",
+        block_seconds=3600,
+        algorithm=algorithm,
+    )
+
+    def blocked() -> bool:
+        [result] = check(client_request_to("/held/200/"), "held", dry_run=True).results
+        return result.blocked
+
+    assert statuses(["/held/401/"] * 3) == [401] * 3
+    INSIDE.clear()
+    RELEASE.clear()
+    answers: list[int] = []
+
+    def right_password() -> None:
+        try:
+            answers.extend(statuses(["/held/200/"], data={"hold": "1"}))
+        finally:
+            connection.close()  # this thread's connection to the test database
+
+    thread = threading.Thread(target=right_password)
+    thread.start()
+    try:
+        assert INSIDE.wait(30)
+        assert statuses(["/held/401/"]) == [401]  # the fourth failure: the limit is full
+        assert not blocked()
+        assert statuses(["/held/401/"]) == [429]  # rejected by the share in flight
+        assert not blocked()
+    finally:
+        RELEASE.set()
+        thread.join()
+    assert answers == [200]
+    assert statuses(["/held/401/"]) == [401]  # the fifth failure
+    assert blocked()
+    assert statuses(["/held/200/"]) == [429]

@@ -375,3 +375,39 @@ def test_a_blocked_request_is_rejected_before_the_view(client: Any) -> None:
     response = client.get("/api/items/", REMOTE_ADDR=IP)
     assert response.status_code == 429
     assert 55 <= int(response["Retry-After"]) <= 60
+
+
+# -- what a block belongs to ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("started_by", ["rule", "block_key"])
+def test_a_block_outlives_an_algorithm_or_limit_change_but_not_a_rename(
+    backend: str, started_by: str, django_capture_on_commit_callbacks: Any
+) -> None:
+    """A block is the client's under the rule (its id and name): the admin changing the rule's
+    algorithm or limit keeps it, changing them back keeps it, renaming the rule ends it."""
+    login = rule("login", "login", 1, unit="hour", algorithm="fixed_window", block_seconds=60)
+    if started_by == "rule":
+        assert [check_key("login", CLIENT).allowed for _ in range(2)] == [True, False]
+    else:
+        assert block_key("login", CLIENT, 60) == 1
+
+    def change(**fields: Any) -> None:
+        for name, value in fields.items():
+            setattr(login, name, value)
+        with django_capture_on_commit_callbacks(execute=True):
+            login.save()  # as the admin saves it: the rule cache hears of it
+
+    def blocked() -> bool:
+        [result] = check_key("login", CLIENT, dry_run=True).results
+        return result.blocked and 50 < result.retry_after <= 60
+
+    assert blocked()
+    change(algorithm="token_bucket", limit=5)
+    assert blocked()
+    change(algorithm="sliding_window_log")
+    assert blocked()
+    change(algorithm="fixed_window", limit=1)
+    assert blocked()
+    change(name="login-renamed")
+    assert not blocked()

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from django_throttle.compiled import build_rule, outcomes_rule
 from django_throttle.store import Check, MemoryStore, RedisStore, Result, admitted, state_key
 from django_throttle.store.redis import DECIDE_SHA
 from tests.engine_helpers import ALGORITHMS, BUCKETS, HOUR, US, make_rule
@@ -535,6 +536,30 @@ def test_a_rejection_starts_a_block(backend, algorithm):
     assert 599 < results[2].retry_after <= 600
     assert results[3].retry_after <= results[2].retry_after
     backend.store.reset(rule, CLIENT)  # the dashboard's reset clears the block too
+    assert one(backend, rule).allowed
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_a_rule_counting_some_statuses_starts_its_block_from_counted_outcomes(backend, algorithm):
+    """With count_statuses, a rejection starts no block (shares in flight may have caused it);
+    the outcomes state, one short of the rule, rejects the outcome that fills the limit, which
+    starts the rule's own block (its key), and a reset clears both."""
+    rule = build_rule(
+        id=1, name="r", algorithm=algorithm, limit=2, period=HOUR, block=600,
+        count_statuses=frozenset({401}),
+    )  # fmt: skip
+    clear_of_boundary(backend, HOUR)
+    assert [r.allowed for r in flood(backend, rule, 3)] == [True, True, False]
+    assert not one(backend, rule, dry_run=True).blocked
+    outcomes = outcomes_rule(rule)
+    assert one(backend, outcomes).allowed  # the first counted outcome: room for one more
+    assert not one(backend, rule, dry_run=True).blocked
+    filled = one(backend, outcomes)
+    assert not filled.allowed and filled.blocked
+    probe = one(backend, rule, dry_run=True)
+    assert probe.blocked and 599 < probe.retry_after <= 600
+    backend.store.reset(rule, CLIENT)
+    assert one(backend, outcomes).allowed  # its outcomes were forgotten with it
     assert one(backend, rule).allowed
 
 

@@ -32,6 +32,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from django_throttle.calendar_windows import CalendarWindows
+from django_throttle.compiled import build_rule
 from django_throttle.store import Check, MemoryStore, RedisStore, admitted
 from tests.engine_helpers import ALGORITHMS, BUCKETS, HOUR, make_rule
 
@@ -397,3 +399,164 @@ def test_redis_and_memory_agree_on_a_burst(
             (r.allowed, r.remaining) for r in from_memory
         ]
         assert admitted(from_redis) == admitted(from_memory)
+
+
+# -- give-backs: what stays counted never exceeds what the rule allows ------------------------
+#
+# Requests are admitted and some of their costs given back later (count_statuses' give-back of
+# an uncounted response, refund()), by the engine's own path: split() and taken(), then the
+# store's refund. After every step the requests' counted costs (what they took less what they
+# gave back) are held to the rule's bound, in exact integers of microseconds:
+#   fixed window        at most limit per window;
+#   sliding window log  at most limit in any trailing interval (t - period, t];
+#   counter             at each admission, the counted costs of its window and the previous
+#                       one's, weighted by its overlap, within limit (what it admitted by);
+#   buckets             any run of admissions i..j counts at most burst + (t_j - t_i) / interval
+#                       (GCRA's conformance: a bucket fed the counted requests alone admits
+#                       every one of them).
+# Periods and limits are drawn so that an interval is a whole number of microseconds: the
+# stored arrival time is floored to one, which would otherwise admit up to 1 us early.
+
+
+def exceeded(rule: Any, taken: list[tuple[int, int]]) -> str | None:
+    """Where the counted requests, (admission time in us, counted cost) in admission order,
+    break the rule's bound; None if nowhere."""
+    limit, period = rule.limit, rule.period * 1_000_000
+    counted = [(t, c) for t, c in taken if c > 0]
+    if rule.algorithm == "fixed_window":
+        windows: dict[int, int] = {}
+        for t, c in counted:
+            if rule.calendar is not None:
+                w = rule.calendar.window(t // 1_000_000)[0]
+            else:
+                w = t // 1_000_000 // rule.period
+            windows[w] = windows.get(w, 0) + c
+            if windows[w] > limit:
+                return f"window {w} counts {windows[w]}"
+    elif rule.algorithm == "sliding_window_log":
+        for end, _ in counted:
+            inside = sum(c for t, c in counted if end - period < t <= end)
+            if inside > limit:
+                return f"{inside} in the period up to {end}"
+    elif rule.algorithm == "sliding_window_counter":
+        for j, (now, _) in enumerate(taken):
+            if taken[j][1] == 0:
+                continue
+            w = now // 1_000_000 // rule.period
+            left = (w + 1) * period - now
+            so_far = [(t // 1_000_000 // rule.period, c) for t, c in taken[: j + 1]]
+            current = sum(c for tw, c in so_far if tw == w)
+            previous = sum(c for tw, c in so_far if tw == w - 1)
+            if previous * left + current * period > limit * period:
+                return f"the admission at {now} counts {current} + {previous} weighted"
+    else:
+        for j in range(len(counted)):
+            units = 0
+            for i in range(j, -1, -1):
+                units += counted[i][1]
+                span = counted[j][0] - counted[i][0]
+                if (units - rule.burst) * period > span * limit:
+                    return f"{units} between {counted[i][0]} and {counted[j][0]}"
+    return None
+
+
+@st.composite
+def exact_rules(draw: st.DrawFn, algorithm: str) -> Any:
+    if algorithm == "calendar":
+        # A fixed window of a calendar week (Monday 00:00 UTC), whose windows the plan's
+        # gaps of up to two periods cross.
+        return build_rule(
+            id=1,
+            name="weekly",
+            algorithm="fixed_window",
+            limit=draw(st.integers(1, 10)),
+            period=WEEK,
+            calendar=CalendarWindows("week", 1, "UTC"),
+        )
+    period = draw(st.sampled_from([1, 60]))
+    limit = draw(st.sampled_from([1, 2, 3, 4, 5, 8, 10, 16, 20]))
+    if period * 1_000_000 % limit:
+        limit = 4
+    burst = draw(st.integers(1, 4)) if algorithm in BUCKETS else None
+    return make_rule(algorithm, limit, period, burst=burst)
+
+
+WEEK = 7 * 86400
+
+
+def steps(period_ms: int, limit: int) -> st.SearchStrategy[list[tuple[str, int, int, int]]]:
+    """(what, gap in us, cost or which request, how much): admissions and give-backs, the gaps
+    often whole intervals (a bucket's request has just ended its interval, a window turned)."""
+    interval = period_ms * 1000 // limit
+    gap = st.one_of(
+        st.just(0),
+        st.integers(1, 3).map(lambda k: k * interval),
+        st.integers(1, 20_000),
+        st.integers(0, 2 * period_ms * 1000),
+    )
+    step = st.tuples(
+        st.sampled_from(["admit", "admit", "give"]),
+        gap,
+        st.integers(0, 3),  # a cost; or which request gives back: 0 the oldest still holding
+        st.integers(1, 3),  # how much it gives back
+    )
+    return st.lists(step, max_size=MAX_REQUESTS)
+
+
+def play(store: Any, rule: Any, plan: Any, advance: Any) -> None:
+    """Admissions and give-backs of ``plan`` against ``store``, held to the rule's bound after
+    every step; ``advance(us)`` moves the store's clock (or waits, for Redis)."""
+    from django_throttle.engine.refunds import taken
+    from django_throttle.engine.request_state import split
+
+    admissions: list[list[Any]] = []  # [admission time, counted cost, what it still holds]
+    for what, gap, n, amount in plan:
+        advance(gap)
+        if what == "admit":
+            [result] = store.decide([Check(rule, "client", n + 1)])
+            if result.allowed:
+                admissions.append([result.at, n + 1, result])
+        else:
+            holding = [a for a in admissions if a[2] is not None]
+            if not holding:
+                continue
+            entry = holding[n % len(holding)]
+            part, entry[2] = split(entry[2], amount)
+            entry[1] -= part.cost
+            for at, _, checks in taken([part]):
+                store.refund(checks, at)
+        broken = exceeded(rule, [(at, c) for at, c, _ in admissions])
+        assert broken is None, broken
+
+
+@pytest.mark.parametrize("algorithm", [*ALGORITHMS, "calendar"])
+@settings(PROPERTIES, max_examples=300)
+@given(data=st.data())
+def test_give_backs_never_let_the_counted_requests_exceed_the_rule(algorithm, data):
+    """Memory backend, its clock stepped by the plan."""
+    rule = data.draw(exact_rules(algorithm))
+    plan = data.draw(steps(rule.period * 1000, rule.limit))
+    clock = Clock()
+    clock.us += data.draw(st.integers(0, rule.period * 1_000_000 - 1))
+
+    def advance(us: int) -> None:
+        clock.us += us
+
+    play(MemoryStore(clock=clock), rule, plan, advance)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@settings(PROPERTIES, max_examples=6)
+@given(data=st.data())
+def test_give_backs_never_let_the_counted_requests_exceed_the_rule_on_redis(
+    redis_store, algorithm, data
+):
+    """Redis keeps its own time: the plan's gaps are slept (scaled down to 1-second periods
+    with intervals of 50 to 100 ms), and the bound is checked at the times Redis decided at,
+    so what the sleeps come to changes which requests are admitted, never the assertion."""
+    limit = data.draw(st.sampled_from([10, 20]))
+    burst = data.draw(st.integers(1, 4)) if algorithm in BUCKETS else None
+    rule = make_rule(algorithm, limit, 1, burst=burst, rule_id=7)
+    plan = data.draw(steps(1000, limit).map(lambda s: s[:20]))
+    redis_store.client.flushdb()
+    play(redis_store, rule, plan, lambda us: time.sleep(min(us, 120_000) / 1_000_000))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from asgiref.sync import sync_to_async
 
-from ..compiled import MAX_BLOCK
+from ..compiled import MAX_BLOCK, every_call
 from ..costs import valid_cost
 from ..decision import Decision
 from ..rules import RuleSet, get_rules, scope_rules
@@ -84,7 +84,7 @@ def key_checks(scope: str, key: str, cost: int) -> tuple[list[Check], RuleSet]:
     for rule in scope_rules(ruleset, scope):
         own = rule_for(rule, key)
         if own is not None:
-            checks.append(Check(own, key, cost))
+            checks.append(Check(every_call(own), key, cost))  # no response to count by
     return checks, ruleset
 
 

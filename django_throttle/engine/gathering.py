@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..audience import counts
-from ..compiled import ON_LOOP, WITH_USER, CompiledRule
+from ..compiled import ON_LOOP, WITH_USER, CompiledRule, every_call
 from ..conf import conf
 from ..decision import Decision, unavailable
 from ..identities import identity
@@ -85,6 +85,9 @@ def gather(
     # Without EXEMPT_NETWORKS, a rule that counts everyone counts this request: no call to
     # counts() for it.
     anyone = not conf.EXEMPT_NETWORKS
+    # Whether the response will be seen (the middleware, or @throttle: its own decision, or a
+    # check() inside its view) and its status counted then; if not, every call counts.
+    settled = paths or cost is None or state.middleware or bool(state.decided_specs)
     for rule, rule_cost in request_rules(ruleset, request, specs, paths=paths, url_name=url_name):
         if on_loop and rule.on_loop != ON_LOOP and not (rule.on_loop == WITH_USER and user_loaded):
             raise NeedsThread
@@ -108,6 +111,8 @@ def gather(
             if own is None:
                 continue  # this client is exempt from the rule
             rule = own  # this client's own limit, on the same state
+        if rule.defers_block and not settled:
+            rule = every_call(rule)
         checks.append(Check(rule, who, rule_cost if cost is None else cost))
     if decided_now:
         state.decided_specs.update(id(spec) for spec in decided_now)

@@ -10,8 +10,9 @@ from django.core.exceptions import BadRequest, PermissionDenied, SuspiciousOpera
 from django.http import Http404
 from django.http.multipartparser import MultiPartParserError
 
+from ..compiled import outcomes_rule
 from ..rules import rule_cache
-from ..store import Result
+from ..store import Check, Result, get_store
 from .refunds import agive_back, give_back, taken
 from .request_state import RequestState
 
@@ -29,16 +30,44 @@ def failed_status(error: BaseException) -> int:
 
 
 def count_outcome(state: RequestState, status: int) -> None:
-    """Give back what the request took under the rules that do not count ``status``."""
+    """Give back what the request took under the rules that do not count ``status``; count it
+    among the outcomes of the rules that do and start blocks (see _outcomes)."""
     given = _uncounted(state, status)
     if given:
         give_back(taken(given), announce=_announced(given))
+    settled = _counted(state)
+    if settled:
+        get_store().decide(_outcomes(settled))
 
 
 async def acount_outcome(state: RequestState, status: int) -> None:
     given = _uncounted(state, status)
     if given:
         await agive_back(taken(given), announce=_announced(given))
+    settled = _counted(state)
+    if settled:
+        await get_store().adecide(_outcomes(settled))
+
+
+def _counted(state: RequestState) -> list[Result]:
+    """The request's counted outcomes under rules that start their block from them
+    (``defers_block``), no longer the request's (counted once, however often the response is
+    seen). Called after _uncounted(): what is left of a rule with count_statuses counts."""
+    took = state.taken
+    if not took:
+        return []
+    settled = [result for result in took.values() if result.rule.defers_block]
+    for result in settled:
+        del took[result.rule.state_prefix]
+    return settled
+
+
+def _outcomes(settled: list[Result]) -> list[Check]:
+    """The checks that count these outcomes (one store call, after the give-backs): each
+    against its rule's outcomes state, one short of the rule, whose rejection (the limit
+    filled by counted outcomes alone, not by shares of requests still in flight) starts the
+    rule's block. A rejected request took nothing and counts nothing."""
+    return [Check(outcomes_rule(r.rule), r.identity, r.cost) for r in settled]
 
 
 def _uncounted(state: RequestState, status: int) -> list[Result]:

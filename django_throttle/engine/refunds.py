@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 
 from asgiref.sync import sync_to_async
 
-from ..choices import Algorithm
+from ..choices import ALGORITHMS_WITH_BURST, Algorithm
 from ..conf import conf
 from ..costs import valid_cost
 from ..rules import clients_reset
@@ -31,9 +31,21 @@ def taken(results: Sequence[Result], cost: int | None = None) -> list[Refund]:
     """The refunds of these results (``cost`` replaces each result's cost)."""
     by_decision: dict[tuple[int, bool], list[Check]] = {}
     for result in results:
-        check = Check(result.rule, result.identity, result.cost if cost is None else cost)
+        check = Check(
+            result.rule, result.identity, result.cost if cost is None else cost, until(result)
+        )
         by_decision.setdefault((result.at, result.local), []).append(check)
     return [Refund(at, local, checks) for (at, local), checks in by_decision.items()]
+
+
+def until(result: Result) -> int:
+    """Where an admitted bucket decision's own interval ends (the arrival time it left), in
+    the store's microseconds; 0 for other algorithms or without a decision time."""
+    if result.rule.algorithm not in ALGORITHMS_WITH_BURST or not result.at:
+        return 0
+    # reset_at is at + reset_after in float seconds: their difference is exact to well under
+    # a microsecond, where at * 1e-6 + ... rounded as a whole could be one off.
+    return result.at + round((result.reset_at - result.at / 1_000_000) * 1_000_000)
 
 
 def refund_request(request: Any, scope: str, cost: int) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from ..choices import Algorithm
+from ..choices import ALGORITHMS_WITH_BURST, Algorithm
 from ..decision import Decision
 from ..rules import ScopeSpec, get_rules, scope_rules
 from ..store import Result
@@ -95,14 +95,30 @@ def take_back(request: Any, scope: str, cost: int) -> list[Result]:
         result = state.taken.get(rule.state_prefix)
         if result is None or result.rule.algorithm == _CONCURRENCY:
             continue
-        given = min(cost, result.cost)
-        if given == result.cost:
+        part, kept = split(result, cost)
+        if kept is None:
             del state.taken[rule.state_prefix]
             state.counted.pop(rule.state_prefix, None)  # a later check() counts again
         else:
-            state.taken[rule.state_prefix] = replace(result, cost=result.cost - given)
-        results.append(replace(result, cost=given))
+            state.taken[rule.state_prefix] = kept
+        results.append(part)
     return results
+
+
+def split(result: Result, cost: int) -> tuple[Result, Result | None]:
+    """``cost`` of what an admitted decision took (at most all of it), and what it still
+    holds after that is given back (None: nothing)."""
+    given = min(cost, result.cost)
+    if given == result.cost:
+        return result, None
+    kept = result.cost - given
+    reset_at = result.reset_at
+    rule = result.rule
+    if rule.algorithm in ALGORITHMS_WITH_BURST:
+        # A bucket gives back the newest part of the request's time: what it keeps ends
+        # that much earlier, so a later give-back returns only what is left of it.
+        reset_at -= given * rule.period / rule.limit
+    return replace(result, cost=given), replace(result, cost=kept, reset_at=reset_at)
 
 
 def seen_by_middleware(request: Any) -> None:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..compiled import CompiledRule
+from ..compiled import CompiledRule, outcomes_rule
 from ..state_keys import BLOCK_SUFFIX, client_tag
 
 # Algorithms whose state is a key per window, "<state key>:<window>" (decide.lua's header).
@@ -30,17 +30,25 @@ def state_key(rule: CompiledRule, identity: str) -> str:
     return rule.state_prefix + client_tag(identity)
 
 
+def block_key(rule: CompiledRule, identity: str) -> str:
+    """The client's block under the rule: beside its state in the cluster (the same tag)."""
+    return rule.block_prefix + client_tag(identity) + BLOCK_SUFFIX
+
+
 def client_keys(rule: CompiledRule, identity: str, now: float) -> list[str]:
     """Every key one client can have under ``rule`` around ``now`` (the store's clock, as this
-    process estimates it): its state key, its block key and, for windows, the key of every
-    window a decision could count in or read from within a period either side of ``now``."""
-    key = state_key(rule, identity)
-    keys = [key, key + BLOCK_SUFFIX]
-    if rule.calendar is not None:
-        keys += [f"{key}:{start}" for start in rule.calendar.starts(now)]
-    elif rule.algorithm in WINDOWED:
-        window = int(now // rule.period)
-        keys += [f"{key}:{n}" for n in range(window - 2, window + 2)]
+    process estimates it): its block key, its state key and, for windows, the key of every
+    window a decision could count in or read from within a period either side of ``now``; the
+    same of its counted outcomes' state for a rule that defers its block."""
+    keys = [block_key(rule, identity)]
+    for each in (rule, outcomes_rule(rule)) if rule.defers_block else (rule,):
+        key = state_key(each, identity)
+        keys.append(key)
+        if rule.calendar is not None:
+            keys += [f"{key}:{start}" for start in rule.calendar.starts(now)]
+        elif rule.algorithm in WINDOWED:
+            window = int(now // rule.period)
+            keys += [f"{key}:{n}" for n in range(window - 2, window + 2)]
     return keys
 
 
@@ -51,6 +59,10 @@ class Check:
     rule: CompiledRule
     identity: str
     cost: int = 1
+    # A give-back to a bucket: the arrival time (us) its decision left, where the request's
+    # own interval ends; what it still holds is what is left of it (0: not known, the whole
+    # cost's time is given back).
+    until: int = 0
 
 
 @dataclass(slots=True)  # not frozen: built for every check, and frozen costs 4x to build

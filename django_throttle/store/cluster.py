@@ -181,10 +181,10 @@ def _without_block_keys(args: list[Any]) -> list[Any]:
     another is refused (TRYAGAIN), one key named twice is not; the request is decided
     without blocks (as the local fallback would), rather than not at all."""
     count = args[0]
-    keys = [
-        key[: -len(BLOCK_SUFFIX)] if isinstance(key, str) and key.endswith(BLOCK_SUFFIX) else key
-        for key in args[1 : 1 + count]
-    ]
+    keys = list(args[1 : 1 + count])
+    for i, key in enumerate(keys):
+        if isinstance(key, str) and key.endswith(BLOCK_SUFFIX):
+            keys[i] = keys[i - 1]  # a block key follows its state key
     return [count, *keys, *args[1 + count :]]
 
 

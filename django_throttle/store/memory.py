@@ -11,9 +11,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..choices import Algorithm
-from ..compiled import CompiledRule
-from ..state_keys import BLOCK_SUFFIX
-from .base import Check, Result, state_key
+from ..compiled import CompiledRule, outcomes_rule
+from .base import Check, Result, block_key, state_key
 
 US = 1_000_000
 SWEEP_EVERY = 1024  # writes between two sweeps of expired state
@@ -101,11 +100,12 @@ class MemoryStore:
             for check in checks:
                 rule = check.rule
                 key = state_key(rule, check.identity)
-                evaluation, blocked = self._blocked(rule, key, now, dry_run)
+                bkey = block_key(rule, check.identity)
+                evaluation, blocked = self._blocked(bkey, now)
                 if evaluation is None:
                     evaluation = self._evaluate(rule, key, now, check.cost)
-                    if not evaluation[0] and rule.block and not dry_run:
-                        evaluation, blocked = self._block(rule, key, now, evaluation), True
+                    if not evaluation[0] and rule.block and not rule.defers_block and not dry_run:
+                        evaluation, blocked = self._block(rule, bkey, now, evaluation), True
                 if not evaluation[0] and rule.enforcing:
                     admitted = False
                 evaluations.append(evaluation)
@@ -135,7 +135,8 @@ class MemoryStore:
             return results
 
     def refund(self, checks: Sequence[Check], at: int = 0) -> None:
-        """refund.lua's semantics: the decision's window, its log entries, the bucket's time."""
+        """refund.lua's semantics: the decision's window, its log entries, what is left of the
+        bucket's time the decision took."""
         with self._lock:
             now = self._clock()
             moment = at or now
@@ -160,7 +161,12 @@ class MemoryStore:
                 elif algorithm in (Algorithm.SLIDING_WINDOW_LOG, Algorithm.CONCURRENCY):
                     entry[0] = _without(state, at, cost)
                 else:
-                    back = state - math.floor(cost * rule.period * US / rule.limit)
+                    held = math.floor(cost * rule.period * US / rule.limit)
+                    if check.until and at:
+                        held = min(held, check.until - now)  # what is left of its interval
+                    if held <= 0:
+                        continue
+                    back = state - held
                     if back <= now:
                         del self._state[key]
                     else:
@@ -171,33 +177,30 @@ class MemoryStore:
         with self._lock:
             now = self._clock()
             for check in checks:
-                self._set(
-                    state_key(check.rule, check.identity) + BLOCK_SUFFIX, 1, now, seconds * US
-                )
+                self._set(block_key(check.rule, check.identity), 1, now, seconds * US)
 
     def reset(self, rule: CompiledRule, identity: str) -> None:
         with self._lock:
-            key = state_key(rule, identity)
-            self._state.pop(key, None)
-            self._state.pop(key + BLOCK_SUFFIX, None)
+            self._state.pop(state_key(rule, identity), None)
+            self._state.pop(block_key(rule, identity), None)
+            if rule.defers_block:
+                self._state.pop(state_key(outcomes_rule(rule), identity), None)
 
     # -- block durations (see decide.lua) ---------------------------------------
 
-    def _blocked(
-        self, rule: CompiledRule, key: str, now: int, dry_run: bool
-    ) -> tuple[Evaluation | None, bool]:
+    def _blocked(self, bkey: str, now: int) -> tuple[Evaluation | None, bool]:
         """A rejection while the client is blocked under this rule (by a rejection of a rule
         with a block duration, or by block()), else (None, False)."""
-        entry = self._state.get(key + BLOCK_SUFFIX)
+        entry = self._state.get(bkey)
         if entry is None or entry[1] <= now:
             return None, False
         left = math.ceil((entry[1] - now) / 1000) * 1000  # whole milliseconds, as PTTL
         return (False, 0, 0, left, left, 0.0, None), True
 
-    def _block(self, rule: CompiledRule, key: str, now: int, rejected: Evaluation) -> Evaluation:
+    def _block(self, rule: CompiledRule, bkey: str, now: int, rejected: Evaluation) -> Evaluation:
         """Start the block of a client this rule has just rejected."""
         block = rule.block * US
-        self._set(key + BLOCK_SUFFIX, 1, now, block)
+        self._set(bkey, 1, now, block)
         ok, rem_after, rem_now, reset_after, retry, delay, write = rejected
         retry = max(retry, block)
         return ok, rem_after, rem_now, max(reset_after, retry), retry, delay, write

@@ -27,7 +27,7 @@ from ..compiled import CompiledRule
 from ..conf import conf
 from ..state_keys import ALGORITHM_CODES, BLOCK_SUFFIX, CALENDAR_CODE, client_tag
 from .aio_connection import async_stack
-from .base import BlockReads, Check, Result, client_keys, state_key
+from .base import BlockReads, Check, Result, block_key, client_keys, state_key
 from .connections import Command, ConnectionStack, reloaded
 from .errors import STORE_ERRORS
 from .steps import adrive, drive
@@ -355,7 +355,7 @@ class RuleArgs(NamedTuple):
     check sends them (``heads[cost_follows + 2 * block_key_follows]``), then what follows a
     check's cost (its block duration if it has one, a bucket's burst; a calendar window's four
     starts follow those, computed per call); the same framed in the Redis protocol; how many
-    arguments the rule sends besides a cost. Then its state keys' prefix in bytes, and framed up
+    arguments the rule sends besides a cost. Then its state key and its block key, each framed up
     to the client's tag (whose length is fixed: ``$<length>\r\n<prefix>``)."""
 
     heads: tuple[tuple[int, int], ...]
@@ -363,8 +363,8 @@ class RuleArgs(NamedTuple):
     wire_heads: tuple[bytes, ...]
     wire_tail: bytes
     n_args: int
-    prefix: bytes
     wire_key: bytes
+    wire_block: bytes
 
 
 def rule_args(rule: CompiledRule) -> RuleArgs:
@@ -376,7 +376,7 @@ def rule_args(rule: CompiledRule) -> RuleArgs:
     code = ALGORITHM_CODES[rule.algorithm] if rule.calendar is None else CALENDAR_CODE
     spec = rule.period * 64 + SCRIPT_ALGORITHMS[code]
     tail: tuple[int, ...] = ()
-    if rule.block:
+    if rule.block and not rule.defers_block:  # a deferring rule reads its block, never starts it
         spec += _BLOCK_SECONDS_FOLLOW
         tail += (rule.block,)
     if rule.algorithm in ALGORITHMS_WITH_BURST:
@@ -389,8 +389,10 @@ def rule_args(rule: CompiledRule) -> RuleArgs:
     n_args = 2 + len(tail) + (0 if rule.calendar is None else 4)
     prefix = rule.state_prefix.encode("utf-8", "surrogatepass")
     wire_key = b"$%d\r\n%s" % (len(prefix) + TAG_LENGTH, prefix)
+    block = rule.block_prefix.encode("utf-8", "surrogatepass")
+    wire_block = b"$%d\r\n%s" % (len(block) + TAG_LENGTH + _BLOCK_LEN, block)
     wire_heads = tuple(bulk(*h) for h in heads)
-    made = RuleArgs(heads, tail, wire_heads, bulk(*tail), n_args, prefix, wire_key)
+    made = RuleArgs(heads, tail, wire_heads, bulk(*tail), n_args, wire_key, wire_block)
     object.__setattr__(rule, "store_args", made)  # a cache: the rule is frozen otherwise
     return made
 
@@ -416,7 +418,7 @@ def script_input(
         keys.append(key)
         reads_block = every_block or rule.block > 0
         if reads_block:
-            keys.append(key + BLOCK_SUFFIX)
+            keys.append(block_key(rule, check.identity))
         own = rule.store_args or rule_args(rule)
         cost = check.cost
         args += own.heads[(cost != 1) + 2 * reads_block]
@@ -444,8 +446,7 @@ def packed_decide(
         keys.append(own.wire_key + tag + _CRLF)
         way = 0
         if every_block or rule.block:
-            key = own.prefix + tag
-            keys.append(b"$%d\r\n%s%s\r\n" % (len(key) + _BLOCK_LEN, key, _BLOCK_SUFFIX))
+            keys.append(own.wire_block + tag + _BLOCK_END)
             way = 2
         cost = check.cost
         if cost == 1:
@@ -524,7 +525,7 @@ def parse_reply(checks: Sequence[Check], reply: Sequence[float]) -> list[Result]
 
 def block_input(checks: Sequence[Check], seconds: int) -> list[Any]:
     """The number of keys, KEYS and ARGV of block.lua (see its header)."""
-    keys = [state_key(c.rule, c.identity) + BLOCK_SUFFIX for c in checks]
+    keys = [block_key(c.rule, c.identity) for c in checks]
     return [len(keys), *keys, seconds * 1000]
 
 
@@ -541,7 +542,9 @@ def refund_input(checks: Sequence[Check], at_us: int) -> list[Any]:
         rule = check.rule
         calendar = rule.calendar
         if calendar is None:
-            args += (ALGORITHM_CODES[rule.algorithm], rule.limit, rule.period, rule.burst)
+            # A bucket's slot carries the arrival time its decision left (refund.lua).
+            extra = check.until if rule.algorithm in ALGORITHMS_WITH_BURST else rule.burst
+            args += (ALGORITHM_CODES[rule.algorithm], rule.limit, rule.period, extra)
         else:
             args += (CALENDAR_CODE, rule.limit, rule.period, calendar.encoded(moment))
         args.append(check.cost)
@@ -553,8 +556,8 @@ DECIDE_SHA = sha1(DECIDE_SOURCE)
 _EVALSHA_DECIDE = bulk("EVALSHA", DECIDE_SHA)
 _DRY, _CRLF = bulk("dry"), b"\r\n"
 TAG_LENGTH = len(client_tag(""))  # every tag has this length
-_BLOCK_SUFFIX = BLOCK_SUFFIX.encode("ascii")
-_BLOCK_LEN = len(_BLOCK_SUFFIX)
+_BLOCK_LEN = len(BLOCK_SUFFIX)
+_BLOCK_END = BLOCK_SUFFIX.encode("ascii") + _CRLF
 _SMALL = tuple(bulk(i) for i in range(32))
 # Reply lengths in bytes: the calendar miss (two numbers) and 1 to 16 checks; others on demand.
 _UNPACK = {8 * n: struct.Struct(f"<{n}d").unpack for n in (2, *(2 + 4 * k for k in range(1, 17)))}

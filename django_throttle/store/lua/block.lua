@@ -2,8 +2,9 @@
 -- dashboard's Block): decide.lua rejects a check while its block key lives, whatever
 -- its rule.
 --
--- KEYS     the block key of each check (state key + ":b"; one client's keys share
---          its {hash tag}: one cluster slot)
+-- KEYS     the block key of each check (the rule's, not its algorithm's: state_keys.py's
+--          block_prefix, the client's {hash tag}, ":b"; one client's keys share the tag:
+--          one cluster slot)
 -- ARGV     milliseconds the blocks last
 -- Returns  the number of keys written
 local px = ARGV[1]

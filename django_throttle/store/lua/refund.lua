@@ -10,7 +10,8 @@
 -- ARGV[1]  the time of the decision to undo, in microseconds (decide.lua's now_us),
 --          or 0: no decision known, give back from the newest state
 -- ARGV[2 + 5*(i-1) ...]  for check i: algorithm code (decide.lua's), limit, period
---          (seconds), burst (a calendar window's starts, "s1:s2:s3:s4"), cost
+--          (seconds), a slot of the algorithm's (a calendar window's starts, "s1:s2:s3:s4";
+--          a bucket's: the arrival time in microseconds its decision left, or 0), cost
 -- Returns  the number of keys changed
 --
 -- State is read and written in decide.lua's forms (see its header): a window's own
@@ -143,22 +144,32 @@ for i = 1, #KEYS do
     if found then changed = changed + 1 end
 
   else
-    -- Buckets: move the theoretical arrival time back by what the cost added.
+    -- Buckets: move the theoretical arrival time back by what the request still holds. Its
+    -- own interval ended at the arrival time its decision left (ARGV's slot 4, 0 when not
+    -- known): time since then refilled the bucket, and giving back the whole cost's time
+    -- would also give back what later requests took (A admitted at 0, B at 1 s, A's
+    -- give-back at 1.01 s would empty the bucket). Never more than the cost's time, nor the
+    -- bucket's backlog. With no decision known, the whole cost's time, from the newest state.
     local tat = tonumber(redis.call('GET', key) or 0)
     if tat > 0 then
       if not now then
         local t = redis.call('TIME')
         now = tonumber(t[1]) * 1000000 + tonumber(t[2])
       end
-      local back = tat - math.floor(cost * period_s * 1000000 / limit)
-      if back <= now then
-        redis.call('DEL', key)
-      else
-        -- PX as text: Redis 7.2+ would send a number of 10^8 ms or more as 1e+08.
-        redis.call('SET', key, string.format('%d', back), 'PX',
-          string.format('%d', math.ceil((back - now) / 1000)))
+      local held = math.floor(cost * period_s * 1000000 / limit)
+      local ends = tonumber(ARGV[a + 3])
+      if ends > 0 and not newest and ends - now < held then held = ends - now end
+      if held > 0 then
+        local back = tat - held
+        if back <= now then
+          redis.call('DEL', key)
+        else
+          -- PX as text: Redis 7.2+ would send a number of 10^8 ms or more as 1e+08.
+          redis.call('SET', key, string.format('%d', back), 'PX',
+            string.format('%d', math.ceil((back - now) / 1000)))
+        end
+        changed = changed + 1
       end
-      changed = changed + 1
     end
   end
 end
