@@ -7,6 +7,7 @@ new primary is in use, limiting exact again afterwards, and the time to recover 
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
 from collections.abc import Iterator
@@ -355,3 +356,41 @@ def test_a_sentinel_failover_moves_decisions_to_the_new_primary_within_a_refresh
     new = group.server(new_port)
     assert counted(old) == 3  # still a primary, yet no longer written to
     assert counted(new) == 3 + 5  # the 3 replicated before the failover, then every one since
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_sentinel_failover_moves_async_decisions_to_the_new_primary_within_a_refresh(
+    settings: Any, group: SentinelGroup
+) -> None:
+    """The same on an event loop's lean connections: they follow the primary the rules
+    refresh heard of from the Sentinels."""
+    from asgiref.sync import sync_to_async
+
+    from django_throttle import acheck_key
+    from tests.helpers import window_keys
+
+    throttle_settings(settings, sentinel_cache(group))
+    settings.DJANGO_THROTTLE = {**settings.DJANGO_THROTTLE, "RULES_REFRESH": 0.1}
+    rule("tenants", "tenants", 1000, unit="hour", algorithm="fixed_window")
+    old = group.master()
+
+    def counted(server: Any) -> int:
+        with closing(server.client(socket_timeout=2)) as node:
+            return sum(int(node.get(key) or 0) for key in window_keys(node))
+
+    async def decide(n: int) -> list[bool]:
+        return [(await acheck_key("tenants", "acme")).allowed for _ in range(n)]
+
+    async def body() -> tuple[list[bool], int, int, list[bool]]:
+        # One loop throughout, so its store (and its connections) lives through the failover.
+        first = await decide(3)
+        before = await sync_to_async(counted)(old)
+        _, port = await sync_to_async(group.failover)()
+        await asyncio.sleep(0.3)  # past a rules refresh
+        return first, before, port, await decide(5)
+
+    first, before, new_port, after = run(body)
+    assert all(first) and before == 3
+    assert all(after)
+    assert counted(old) == 3  # still a primary, yet no longer written to
+    assert counted(group.server(new_port)) == 3 + 5

@@ -131,6 +131,7 @@ class LeanConnection(asyncio.Protocol):
     the server is ``closed`` and never sent anything again."""
 
     __slots__ = (
+        "address",
         "clock",
         "closed",
         "deadline",
@@ -150,6 +151,7 @@ class LeanConnection(asyncio.Protocol):
         self.reader = options.reader()
         self.timeout = options.timeout
         self.name = name  # host:port, for error messages
+        self.address: tuple[str, int] | None = None  # the primary a Sentinel pool named
         self.transport: Any = None
         self.waiter: asyncio.Future[Any] | None = None
         self.deadline = 0.0
@@ -265,6 +267,8 @@ async def connect(options: Options) -> LeanConnection:
         host, port = await options.sentinel_pool.get_master_address()
     name = options.path or f"{host}:{port}"
     conn = LeanConnection(loop, options, name)
+    if options.sentinel_pool is not None:
+        conn.address = (host, port)
     try:
         await _open(loop, options, conn, host, port, name)
     except OSError as exc:
@@ -378,12 +382,24 @@ class LeanConnectionStack(LoopStack):
         super().__init__()
         self.pool = pool
         self.options = options
+        # For a Sentinel pool: the primary the process's rules refresh last heard of from the
+        # Sentinels (follow_primary()); a connection to another is not used again.
+        self.primary: Callable[[], Any] | None = None
 
     async def _connect(self) -> LeanConnection:
         return await connect(self.options)
 
     async def _usable(self, conn: LeanConnection) -> bool:
-        return not conn.closed  # the loop saw the server close it while idle
+        # Not one the loop saw the server close while idle, nor one to an earlier primary.
+        return not conn.closed and (self.primary is None or self._follows(conn))
+
+    def _follows(self, conn: LeanConnection) -> bool:
+        """Whether a connection reaches the primary last heard of (any, if none yet)."""
+        primary = self.primary() if self.primary is not None else None
+        if primary is None or conn.address == tuple(primary):
+            return True
+        conn.close()
+        return False
 
     async def _close(self, conn: LeanConnection) -> None:
         conn.close()
@@ -408,7 +424,7 @@ class LeanConnectionStack(LoopStack):
     async def run_packed(self, command: Command, source: str, again: bool = True) -> Any:
         idle = self._idle
         conn = idle.pop() if idle else None
-        if conn is None or conn.closed:
+        if conn is None or conn.closed or (self.primary is not None and not self._follows(conn)):
             conn = await self.take()
         try:
             reply = await conn.send(command if isinstance(command, bytes) else pack(command))

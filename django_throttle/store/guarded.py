@@ -4,6 +4,7 @@ it owns the backends, the breakers and the local fallback, so no caller touches 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -34,7 +35,7 @@ from .fallback import (
     report,
 )
 from .memory import MemoryStore
-from .redis import HOLD_SOURCE, AsyncRedisStore, RedisStore, ask_sentinels
+from .redis import HOLD_SOURCE, AsyncRedisStore, RedisStore, ask_sentinels, follow_primary
 from .shared_counts import CountsLink
 from .steps import Steps, adrive, drive
 
@@ -120,6 +121,9 @@ class GuardedStore:
         entry = self._async.get(loop)
         if entry is None:
             store: AsyncStore = self._adopt(build_async_backend())
+            if isinstance(store, AsyncRedisStore):
+                with contextlib.suppress(Exception):  # no sync store: nothing to follow
+                    follow_primary(store, self.backend())
             closer = _close_with_loop(store)
             await closer.__anext__()
             entry = self._async[loop] = (store, closer)

@@ -26,7 +26,7 @@ from ..choices import ALGORITHMS_WITH_BURST
 from ..compiled import CompiledRule
 from ..conf import conf
 from ..state_keys import ALGORITHM_CODES, BLOCK_SUFFIX, CALENDAR_CODE, client_tag
-from .aio_connection import async_stack
+from .aio_connection import LeanConnectionStack, async_stack
 from .base import BlockReads, Check, Result, block_key, client_keys, state_key
 from .connections import Command, ConnectionStack, reloaded
 from .errors import STORE_ERRORS
@@ -270,6 +270,18 @@ def ask_sentinels(client: Any) -> None:
     # No Sentinel answers: the primary known stays in use, as for a decision.
     with contextlib.suppress(*STORE_ERRORS):
         _untyped(pool.get_master_address)()
+
+
+def follow_primary(async_store: Any, sync_store: Any) -> None:
+    """Have a loop's store of a Sentinel pool follow the primary that the sync store's pool,
+    asked by every rules refresh (ask_sentinels()), knows: after a failover the loop's
+    decisions move to the new primary within RULES_REFRESH too."""
+    stack = getattr(async_store, "_stack", None)
+    pool: Any = getattr(getattr(sync_store, "client", None), "connection_pool", None)
+    if not isinstance(stack, LeanConnectionStack) or stack.options.sentinel_pool is None:
+        return
+    if type(pool) is SentinelConnectionPool and pool.is_master:
+        stack.primary = lambda: pool.master_address
 
 
 def async_client_from_cache(alias: str) -> Any:
