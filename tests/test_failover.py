@@ -249,6 +249,15 @@ def test_a_hung_sentinel_primary_costs_one_decision_timeout(
     assert waited < 5 * TIMEOUT + MARGIN  # far from the cache's 5 s
 
 
+def demoted(server: Any) -> bool:
+    """Whether Sentinel has made the old primary a replica."""
+    try:
+        with closing(server.client(socket_timeout=1)) as node:
+            return bool(node.info("replication")["role"] == "slave")
+    except redis.ConnectionError:
+        return False  # the node drops its clients as it changes role: ask again
+
+
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("asgi", [False, True], ids=["wsgi", "asgi"])
 def test_sentinel_failover_under_load(
@@ -265,15 +274,7 @@ def test_sentinel_failover_under_load(
         time.sleep(0.5)
         fault_at = time.monotonic()
         group.failover()
-
-        def demoted() -> bool:
-            try:
-                with closing(old.client(socket_timeout=1)) as node:
-                    return bool(node.info("replication")["role"] == "slave")
-            except redis.ConnectionError:
-                return False  # the node drops its clients as it changes role: ask again
-
-        wait_until(demoted, within=30, step=0.05)
+        wait_until(lambda: demoted(old), within=30, step=0.05)
         reachable_at = time.monotonic()  # from here only the new primary takes writes
         wait_until(lambda: traffic.first_ok_after(CLOSED, reachable_at), within=10)
         time.sleep(0.3)
@@ -309,15 +310,7 @@ def test_a_sentinel_demotion_fails_only_the_decisions_it_cuts(
         with database_kept_open(), Traffic([OPEN, CLOSED], asgi=asgi) as traffic:
             time.sleep(0.3)
             group.failover()
-
-            def demoted() -> bool:
-                try:
-                    with closing(old.client(socket_timeout=1)) as node:
-                        return bool(node.info("replication")["role"] == "slave")
-                except redis.ConnectionError:
-                    return False
-
-            wait_until(demoted, within=30, step=0.05)
+            wait_until(lambda: demoted(old), within=30, step=0.05)
             time.sleep(1.5)  # past the demotion's disconnections, three breaker intervals
     finally:
         store_state_changed.disconnect(record)
@@ -329,6 +322,22 @@ def test_a_sentinel_demotion_fails_only_the_decisions_it_cuts(
     assert_exact(client)
 
 
+def counted(server: Any) -> int:
+    """What the fixed windows on ``server`` have counted, all clients together."""
+    from tests.helpers import window_keys
+
+    with closing(server.client(socket_timeout=2)) as node:
+        return sum(int(node.get(key) or 0) for key in window_keys(node))
+
+
+def tenants_on(settings: Any, group: SentinelGroup) -> Any:
+    """The tenants rule on the group's primary, refreshed every 0.1 s; that primary."""
+    throttle_settings(settings, sentinel_cache(group))
+    settings.DJANGO_THROTTLE = {**settings.DJANGO_THROTTLE, "RULES_REFRESH": 0.1}
+    rule("tenants", "tenants", 1000, unit="hour", algorithm="fixed_window")
+    return group.master()
+
+
 @pytest.mark.django_db
 def test_a_sentinel_failover_moves_decisions_to_the_new_primary_within_a_refresh(
     settings: Any, group: SentinelGroup
@@ -337,25 +346,15 @@ def test_a_sentinel_failover_moves_decisions_to_the_new_primary_within_a_refresh
     10 s later. The rules refresh asks the Sentinels for the primary, so within RULES_REFRESH
     every decision goes to the new one: a client is never counted on both."""
     from django_throttle import check_key
-    from tests.helpers import window_keys
 
-    throttle_settings(settings, sentinel_cache(group))
-    settings.DJANGO_THROTTLE = {**settings.DJANGO_THROTTLE, "RULES_REFRESH": 0.1}
-    rule("tenants", "tenants", 1000, unit="hour", algorithm="fixed_window")
-    old = group.master()
-
-    def counted(server: Any) -> int:
-        with closing(server.client(socket_timeout=2)) as node:
-            return sum(int(node.get(key) or 0) for key in window_keys(node))
-
+    old = tenants_on(settings, group)
     assert all(check_key("tenants", "acme").allowed for _ in range(3))
     assert counted(old) == 3
-    new_host, new_port = group.failover()
+    _, new_port = group.failover()
     time.sleep(0.3)  # past a rules refresh
     assert all(check_key("tenants", "acme").allowed for _ in range(5))
-    new = group.server(new_port)
     assert counted(old) == 3  # still a primary, yet no longer written to
-    assert counted(new) == 3 + 5  # the 3 replicated before the failover, then every one since
+    assert counted(group.server(new_port)) == 3 + 5  # 3 replicated before, then every one
 
 
 @pytest.mark.django_db(transaction=True)
@@ -367,16 +366,8 @@ def test_a_sentinel_failover_moves_async_decisions_to_the_new_primary_within_a_r
     from asgiref.sync import sync_to_async
 
     from django_throttle import acheck_key
-    from tests.helpers import window_keys
 
-    throttle_settings(settings, sentinel_cache(group))
-    settings.DJANGO_THROTTLE = {**settings.DJANGO_THROTTLE, "RULES_REFRESH": 0.1}
-    rule("tenants", "tenants", 1000, unit="hour", algorithm="fixed_window")
-    old = group.master()
-
-    def counted(server: Any) -> int:
-        with closing(server.client(socket_timeout=2)) as node:
-            return sum(int(node.get(key) or 0) for key in window_keys(node))
+    old = tenants_on(settings, group)
 
     async def decide(n: int) -> list[bool]:
         return [(await acheck_key("tenants", "acme")).allowed for _ in range(n)]
