@@ -147,9 +147,9 @@ def _span(address: str) -> tuple[int, int, int] | None:
     try:
         if ":" in text:
             length = int(prefix) if prefix else 128
-            return 6, int.from_bytes(socket.inet_pton(socket.AF_INET6, text)), length
+            return 6, int.from_bytes(socket.inet_pton(socket.AF_INET6, text), "big"), length
         if not prefix:
-            return 4, int.from_bytes(socket.inet_pton(socket.AF_INET, text)), 32
+            return 4, int.from_bytes(socket.inet_pton(socket.AF_INET, text), "big"), 32
     except (OSError, ValueError):
         pass
     return None

@@ -8,6 +8,7 @@ import sys
 import time
 from typing import Any
 
+import django
 import pytest
 
 from tests.helpers import rule
@@ -284,9 +285,15 @@ TYPES = [
     "",
     "TEXT/HTML",
 ]
+MALFORMED = ["text", ""]  # ranges without a type and a subtype
 PARAMS = ["", ";q=0", ";q=0.5", ";q=1", ";q=0.9", ";q=x", ";q=2", ';q="0.3"', ";level=1", ";q"]
 
 
+@pytest.mark.skipif(
+    django.VERSION < (5, 2, 4),
+    reason="the reference is Django's negotiation as of 5.2.4: earlier 5.2 releases weigh "
+    "media-type parameters otherwise (Django #36411, #36447)",
+)
 def test_the_body_chosen_is_django_s_choice() -> None:
     from django.test import RequestFactory
 
@@ -302,3 +309,18 @@ def test_the_body_chosen_is_django_s_choice() -> None:
         accept = rng.choice([",", ", "]).join(ranges)
         request = factory.get("/", HTTP_ACCEPT=accept)
         assert body_type(request) == django_body_type(accept), accept
+
+
+@pytest.mark.parametrize("malformed", MALFORMED)
+def test_a_range_without_a_subtype_matches_nothing(malformed: str) -> None:
+    from django.test import RequestFactory
+
+    from django_throttle.responses import body_type
+
+    factory = RequestFactory()
+    for accept, chosen in (
+        (f"application/json;q=0.5,{malformed};q=0.9", "application/json"),
+        (f"text/html;q=0.1,{malformed};q=1,application/json;q=0.5", "application/json"),
+        (f"{malformed}", "text/html"),  # nothing acceptable: the default form
+    ):
+        assert body_type(factory.get("/", HTTP_ACCEPT=accept)) == chosen, accept
