@@ -235,8 +235,11 @@ def test_a_bad_rule_is_named_and_nothing_is_written(admin_client, rules):
     response = preview(admin_client, bad, prune=True)
     assert response.status_code == 400
     html = response.content.decode()
-    assert "rule &#x27;broken&#x27;: limit: The limit must allow at least 1 request." in html
-    assert "nothing was written" in html
+    # One sentence, one full stop (not "request.; nothing was written.").
+    assert (
+        "rule &#x27;broken&#x27;: limit: The limit must allow at least 1 request; "
+        "nothing was written." in html
+    )
     assert 'name="token"' not in html
     assert table() == before
 
