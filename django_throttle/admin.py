@@ -16,7 +16,7 @@ from django.forms.models import BaseInlineFormSet
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path
 from django.utils import timezone
-from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext, ngettext, pgettext
 from django.utils.translation import gettext_lazy as _
 
 from .admin_rulefiles import export_response, import_page
@@ -246,7 +246,13 @@ class RuleAdmin(_RuleModelAdmin):
 
     @admin.display(description=_("key"), ordering="key_kind")
     def key(self, rule: Rule) -> str:
-        return f"{rule.key_kind}:{rule.key_arg}" if rule.key_arg else rule.key_kind
+        kind = rule.get_key_kind_display()  # the choice's label, in the active language
+        if not rule.key_arg:
+            return str(kind)
+        return pgettext("a key kind and its argument", "%(kind)s: %(arg)s") % {
+            "kind": kind,
+            "arg": rule.key_arg,
+        }
 
     def _set_enabled(self, request: HttpRequest, queryset: QuerySet[Rule], enabled: bool) -> None:
         # RuleQuerySet.update announces the change, although update() sends no signals.

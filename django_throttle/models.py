@@ -308,14 +308,27 @@ class Rule(models.Model):
         verbose_name_plural = _("rate-limit rules")
 
     def __str__(self) -> str:
+        """``api: 10 per minute per ip, sliding window counter`` (in the active language: the
+        lists and choices of the admin and the dashboard show it)."""
         algorithm = Algorithm(self.algorithm).label if self.algorithm in Algorithm.values else ""
-        text = f"{self.name}: {self.rate_description} {self.key_description}, {algorithm}"
+        # One message for the sentence, so that a translator may put the key before the rate.
+        text = pgettext(
+            "a rule in one line: its name, rate, key and algorithm",
+            "%(name)s: %(rate)s %(key)s, %(algorithm)s",
+        ) % {
+            "name": self.name,
+            "rate": self.rate_description,
+            "key": self.key_description,
+            "algorithm": algorithm,
+        }
         if self.burst:
-            text += f", burst {self.burst}"
-        if self.action != Action.REJECT:
-            text += f", {self.action}"
+            text += pgettext("a rule in one line", ", burst %(burst)s") % {"burst": self.burst}
+        if self.action == Action.LOG:
+            text += pgettext("a rule in one line", ", log")
+        elif self.action == Action.DELAY:
+            text += pgettext("a rule in one line", ", delay")
         if not self.enabled:
-            text += " (disabled)"
+            text += pgettext("a rule in one line", " (disabled)")
         return text
 
     @property
@@ -342,6 +355,12 @@ class Rule(models.Model):
                 self.limit,
             )
         text %= values
+        if self.burst and self.algorithm in ALGORITHMS_WITH_BURST:
+            text += ngettext(
+                ", in bursts of up to %(burst)s request",
+                ", in bursts of up to %(burst)s requests",
+                self.burst,
+            ) % {"burst": self.burst}
         if self.unit in CALENDAR_UNITS:
             starts = (
                 gettext("(counted from the 1st of a month, 00:00 %(zone)s)")
@@ -407,14 +426,19 @@ class Rule(models.Model):
 
     @property
     def key_description(self) -> str:
-        kind = self.key_kind
-        if kind == KeyKind.GLOBAL:
-            return "shared by all"
-        if kind == KeyKind.USER_OR_IP:
-            return "per user or ip"
-        if kind in KEY_KINDS_WITH_ARG:
-            return f"per {kind} {self.key_arg}"
-        return f"per {kind}"
+        """``per ip``, ``per header X-Api-Key``: the key as the rule's one line says it."""
+        arg = {"arg": self.key_arg}
+        # Literal contexts: makemessages finds a pgettext() only by its literal arguments.
+        phrases: dict[str, str] = {
+            KeyKind.IP: pgettext("a rule's key in one line", "per ip"),
+            KeyKind.USER: pgettext("a rule's key in one line", "per user"),
+            KeyKind.USER_OR_IP: pgettext("a rule's key in one line", "per user or ip"),
+            KeyKind.GLOBAL: pgettext("a rule's key in one line", "shared by all"),
+            KeyKind.HEADER: pgettext("a rule's key in one line", "per header %(arg)s") % arg,
+            KeyKind.PARAM: pgettext("a rule's key in one line", "per param %(arg)s") % arg,
+            KeyKind.CUSTOM: pgettext("a rule's key in one line", "per custom %(arg)s") % arg,
+        }
+        return phrases.get(self.key_kind) or gettext("per %(arg)s") % {"arg": self.key_kind}
 
     def save(self, *args: Any, **kwargs: Any) -> None:
         # Every code path that saves a rule validates it, not only the admin.

@@ -140,7 +140,7 @@ def set_up_project(rule_file: Path) -> dict[str, int]:
     for minutes_ago in range(1, 60):
         when = now - 60 * minutes_ago
         for n in range(round(3 + 2 * math.sin(minutes_ago / 5))):
-            log.add("failed-login", f"ip:192.0.2.{60 + n % 4}", "reject", when=when)
+            log.add("login-failures", f"ip:192.0.2.{60 + n % 4}", "reject", when=when)
         for _ in range(14 if 18 <= minutes_ago <= 27 else 0):
             log.add("api", TOP_CLIENT, "reject", when=when)
         for _ in range(5 if minutes_ago % 9 < 4 else 0):

@@ -39,10 +39,12 @@ def serving(
     database: dict[str, Any],
     throttle: dict[str, Any] | None = None,
     middleware: bool = True,
+    environ: dict[str, str | None] | None = None,
 ) -> Iterator[int]:
     """Run ``server`` (its command line after ``python -m``, with ``{port}`` in it) until the
     block ends; yields the port once the server answers. ``middleware=False``: without
-    ThrottleMiddleware (decorated views only)."""
+    ThrottleMiddleware (decorated views only). ``environ``: variables to set, or with None to
+    leave unset."""
     port = free_port()
     env = {
         **os.environ,
@@ -51,6 +53,11 @@ def serving(
         "THROTTLE_TEST_SETTINGS": json.dumps(throttle or {}),
         "THROTTLE_TEST_MIDDLEWARE": "1" if middleware else "",
     }
+    for name, value in (environ or {}).items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
     assert env["REDIS_URL"]  # the harness's server, shared with the test
     args = [sys.executable, "-m", *(a.format(port=port) for a in server)]
     process = subprocess.Popen(

@@ -168,6 +168,19 @@ def test_the_preview_lists_what_would_be_created_changed_and_deleted(admin_clien
     token_of(response)
 
 
+def test_the_preview_says_a_buckets_burst(admin_client):
+    buckets = """
+rules:
+  - {name: api, scope: /api/, limit: 5, unit: second, algorithm: token_bucket, burst: 20}
+  - {name: queue, scope: /q/, limit: 1, unit: second, algorithm: leaky_bucket, burst: 1}
+"""
+    created = dict(preview(admin_client, buckets).context["created"])
+    assert created["api"] == (
+        "at most 5 requests per second per client IP, in bursts of up to 20 requests"
+    )
+    assert created["queue"].endswith(", in bursts of up to 1 request")
+
+
 def test_without_prune_nothing_is_deleted(admin_client, rules):
     response = preview(admin_client, FILE)
     assert response.context["deleted"] == []
@@ -222,8 +235,11 @@ def test_a_bad_rule_is_named_and_nothing_is_written(admin_client, rules):
     response = preview(admin_client, bad, prune=True)
     assert response.status_code == 400
     html = response.content.decode()
-    assert "rule &#x27;broken&#x27;: limit: The limit must allow at least 1 request." in html
-    assert "nothing was written" in html
+    # One sentence, one full stop (not "request.; nothing was written.").
+    assert (
+        "rule &#x27;broken&#x27;: limit: The limit must allow at least 1 request; "
+        "nothing was written." in html
+    )
     assert 'name="token"' not in html
     assert table() == before
 

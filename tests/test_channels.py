@@ -402,24 +402,35 @@ def test_a_consumer_without_the_middleware_keys_by_its_own_scope() -> None:
     assert answers[0] == "echo:a" and throttled(answers[1])
 
 
-# The documented example
+# The documented example: asgi.py and chat/routing.py of docs/usage.md, a project of its own
+
+CHAT_SITE = Path(__file__).parent / "recipes" / "chat_site"
 
 
-def test_the_docs_chat_example_is_the_tested_module() -> None:
+def test_the_docs_asgi_and_chat_routing_are_the_files_the_tests_run() -> None:
     usage = (Path(__file__).parent.parent / "docs" / "usage.md").read_text()
-    block = re.search(r"```python\n(# chat/routing\.py.*?)```", usage, re.S)
-    assert block is not None
-    assert block.group(1) == (Path(__file__).parent / "channels_chat.py").read_text()
+    for name in ("asgi.py", "chat/routing.py"):
+        blocks = re.findall(rf"```python\n(# {re.escape(name)}\b.*?)```", usage, re.S)
+        assert blocks == [(CHAT_SITE / name).read_text()], name
 
 
-def test_the_docs_chat_example_limits_handshakes_and_messages() -> None:
-    from tests.channels_chat import websocket_application
+@pytest.fixture
+def chat_asgi(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The documented asgi.py's application, imported as a server imports it."""
+    monkeypatch.syspath_prepend(str(CHAT_SITE))
+    for name in ("asgi", "chat", "chat.routing"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    import asgi  # type: ignore[import-not-found]
 
+    return asgi.application
+
+
+def test_the_docs_chat_example_limits_handshakes_and_messages(chat_asgi: Any) -> None:
     rule("chat-connect", "/ws/chat/", 2, methods="WEBSOCKET", algorithm="fixed_window")
     rule("chat-messages", "chat", 3, key_kind="user_or_ip", algorithm="fixed_window")
 
     async def body() -> tuple[list[Any], Any, list[bool]]:
-        talk = communicator("/ws/chat/lobby/", app=websocket_application)
+        talk = communicator("/ws/chat/lobby/", app=chat_asgi)
         assert (await talk.connect())[0]
         answers = []
         for text in ["hi", "x" * 1500, "a", "b", "c", "d", "e"]:
@@ -427,8 +438,8 @@ def test_the_docs_chat_example_limits_handshakes_and_messages() -> None:
             answers.append(await talk.receive_json_from(2))
         closed = await talk.receive_output(2)
         await talk.disconnect()
-        second = await handshake("/ws/chat/lobby/", app=websocket_application)
-        third = await handshake("/ws/chat/other/", app=websocket_application)
+        second = await handshake("/ws/chat/lobby/", app=chat_asgi)
+        third = await handshake("/ws/chat/other/", app=chat_asgi)
         return answers, closed, [second, third]
 
     answers, closed, later = run(body)
@@ -436,6 +447,26 @@ def test_the_docs_chat_example_limits_handshakes_and_messages() -> None:
     assert all(a["error"] == "throttled" and a["retry_after"] >= 1 for a in answers[2:])
     assert closed == {"type": "websocket.close", "code": 4429}  # the fifth rejection in a row
     assert later == [True, False]  # two handshakes a minute: the test's, then this one
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("server", "refused"),
+    [
+        (["daphne", "-b", "127.0.0.1", "-p", "{port}", "asgi:application"], "HTTP/1.1 403"),
+        (["uvicorn", "--ws", "wsproto", "--port", "{port}", "asgi:application"], "HTTP/1.1 429"),
+    ],
+    ids=["daphne", "uvicorn"],
+)
+def test_the_docs_asgi_file_is_served_as_it_is(
+    settings: Any, server: list[str], refused: str
+) -> None:
+    """The whole file under each server, which finds the settings by the file's own line."""
+    rule("chat-connect", "/ws/chat/", 1, methods="WEBSOCKET", algorithm="fixed_window")
+    environ = {"DJANGO_SETTINGS_MODULE": None, "PYTHONPATH": str(CHAT_SITE)}
+    with serving(server, settings.DATABASES["default"], environ=environ) as port:
+        assert raw_handshake(port, "/ws/chat/lobby/").startswith("HTTP/1.1 101")
+        assert raw_handshake(port, "/ws/chat/lobby/").startswith(refused)
 
 
 # A real server

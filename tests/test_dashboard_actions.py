@@ -11,7 +11,7 @@ import pytest
 from django.contrib.admin.models import ADDITION, CHANGE, LogEntry
 from django.contrib.auth.models import Permission
 from django.test import Client
-from django.utils import timezone
+from django.utils import timezone, translation
 
 from django_throttle import ablock_key, block_key, check_key, reset
 from django_throttle.models import Override
@@ -205,6 +205,25 @@ def test_code_default_rows_can_be_inspected_blocked_and_unblocked(admin_client: 
     fields.update(action="exempt")
     refused = admin_client.post(KEY, fields, follow=True).content.decode()
     assert "Code defaults have no overrides" in refused
+
+
+def test_block_says_it_is_per_rule_in_the_operators_language(admin_client: Any) -> None:
+    """An operator reads Block as "keep this client out everywhere": the page says otherwise."""
+    api = rule("api", "/api/", 5)
+    page = admin_client.get(f"{KEY}?rule={api.pk}&key={CLIENT}").content.decode()
+    note = re.search(
+        r'class="throttle-block" value="Block">\s*<span class="help throttle-block-note">([^<]+)<',
+        page,
+    )
+    assert note is not None
+    assert note.group(1) == (
+        "Under this rule only: the client's requests under other rules still pass."
+    )
+    with translation.override("ko"):
+        korean = admin_client.get(f"{KEY}?rule={api.pk}&key={CLIENT}").content.decode()
+    assert "이 규칙에서만 차단됩니다." in korean
+    defaults = admin_client.get(f"{KEY}?scope=search&key={CLIENT}").content.decode()
+    assert "Under these code defaults only" in defaults
 
 
 # -- overrides that end -----------------------------------------------------------------------

@@ -106,6 +106,26 @@ def test_dry_run_prints_what_would_change_and_writes_nothing(tmp_path: Path) -> 
     assert sorted(Rule.objects.values_list("name", "limit")) == [("api", 10), ("old", 10)]
 
 
+def test_a_dry_run_lists_the_unchanged_rules_as_unchanged(tmp_path: Path) -> None:
+    path = write(tmp_path, "rules.yaml", DOCUMENTED)
+    run("throttle_import", path)
+    out = run("throttle_import", path, "--dry-run")
+    assert out.splitlines() == ["unchanged api", "unchanged login"]  # not "would unchanged"
+
+
+def test_a_refusal_is_one_sentence_with_one_full_stop(tmp_path: Path) -> None:
+    entry = {"name": "c", "scope": "/c/", "limit": 5, "algorithm": "concurrency"}
+    path = write(
+        tmp_path, "rules.json", json.dumps({"rules": [{**entry, "count_statuses": "401"}]})
+    )
+    with pytest.raises(CommandError) as refused:
+        run("throttle_import", path)
+    assert str(refused.value) == (
+        f"{path}: rule 'c': count_statuses: A concurrency rule counts every request in flight, "
+        "whatever its status: leave this empty; nothing was written."
+    )
+
+
 def test_prune_deletes_the_rules_the_file_does_not_name(tmp_path: Path) -> None:
     rule("old", "/old/", 10)
     run("throttle_import", write(tmp_path, "rules.yaml", DOCUMENTED), "--prune")

@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import call_command
 from django.test import Client
 from django.utils import translation
 
+from django_throttle.management.rulefiles import import_rules, load
 from django_throttle.models import Rule
 from tests.external import require
 
@@ -100,6 +102,65 @@ def test_the_rule_in_words_in_korean(locale_middleware, admin_client):
         f"/admin/django_throttle/rule/{rule.pk}/change/", HTTP_ACCEPT_LANGUAGE="ko"
     ).content.decode()
     assert "클라이언트 IP별 15분당 최대 5회 요청, 이후 1시간 동안 차단; POST만; 스태프 제외" in html
+
+
+# -- a rule in words, in every language ---------------------------------------------------
+
+# English that the one-line form of a rule, the Key column and the import preview used to
+# leave in the middle of a translated sentence.
+ENGLISH = (" per ", "burst", "user_or_ip", "shared by all", "(disabled)", ", log", ", delay")
+RULES_FILE = """
+rules:
+  - {name: r1, scope: /a/, key_kind: ip, limit: 10, algorithm: sliding_window_counter}
+  - {name: r2, scope: /b/, key_kind: user_or_ip, limit: 5, unit: second,
+     algorithm: token_bucket, burst: 2, action: log, enabled: false}
+  - {name: r3, scope: /c/, key_kind: header, key_arg: X-Key, limit: 5, per: 15,
+     algorithm: leaky_bucket, burst: 3, action: delay}
+  - {name: r4, scope: /d/, key_kind: global, limit: 3, algorithm: concurrency}
+  - {name: r5, scope: /e/, key_kind: user, limit: 3, unit: day, algorithm: fixed_window}
+  - {name: r6, scope: /f/, key_kind: param, key_arg: q, limit: 3, algorithm: fixed_window}
+"""
+
+
+def visible(html: str) -> str:
+    """The text of a page (attributes, scripts and styles left out)."""
+    html = re.sub(r"(?s)<(script|style)\b.*?</\1>", " ", html)
+    return re.sub(r"(?s)<[^>]*>", " ", html)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("language", ["ko", "ja", "zh-hans", "de", "fr", "es", "pt-br"])
+def test_every_sentence_about_a_rule_is_in_the_language(locale_middleware, admin_client, language):
+    preview = admin_client.post(
+        "/admin/django_throttle/rule/import/",
+        {"file": SimpleUploadedFile("rules.yaml", RULES_FILE.encode())},
+        HTTP_ACCEPT_LANGUAGE=language,
+    )
+    assert preview.status_code == 200 and len(preview.context["created"]) == 6
+    import_rules(load(RULES_FILE, "yaml"), prune=False, dry_run=False)
+    pages = {
+        "import preview": visible(preview.content.decode()),
+        "rule list": visible(
+            admin_client.get(
+                "/admin/django_throttle/rule/", HTTP_ACCEPT_LANGUAGE=language
+            ).content.decode()
+        ),
+        "dashboard": visible(
+            admin_client.get(
+                "/admin/django_throttle/dashboard/", HTTP_ACCEPT_LANGUAGE=language
+            ).content.decode()
+        ),
+    }
+    with translation.override(language):
+        pages["one line"] = "\n".join(str(rule) for rule in Rule.objects.all())
+    assert pages["one line"].count("\n") == 5
+    found = {
+        (where, fragment)
+        for where, text in pages.items()
+        for fragment in (*ENGLISH, " ip ")  # " ip ": the Key column's stored value
+        if fragment in text
+    }
+    assert found == set()
 
 
 # -- the catalogues themselves -----------------------------------------------------------

@@ -487,12 +487,19 @@ class Plan:
     after: dict[str, dict[str, Any]] = field(default_factory=dict)
     before: dict[str, dict[str, Any]] = field(default_factory=dict)
 
-    def lines(self) -> list[str]:
-        out = [f"create {name}" for name in self.create]
-        out += [f"change {name}: {', '.join(fields)}" for name, fields in self.change]
-        out += [f"delete {name}" for name in self.delete]
+    def lines(self, dry_run: bool = False) -> list[str]:
+        """One line per rule: ``create api``; a dry run's ``would create api``."""
+        would = "would " if dry_run else ""
+        out = [f"{would}create {name}" for name in self.create]
+        out += [f"{would}change {name}: {', '.join(fields)}" for name, fields in self.change]
+        out += [f"{would}delete {name}" for name in self.delete]
         out += [f"unchanged {name}" for name in self.unchanged]
         return out
+
+
+def _clause(sentence: str) -> str:
+    """``leave this empty.`` as ``leave this empty``: a sentence within a longer one."""
+    return sentence[:-1] if sentence.endswith(".") and not sentence.endswith("..") else sentence
 
 
 def import_rules(data: dict[str, Any], *, prune: bool, dry_run: bool) -> Plan:
@@ -618,8 +625,9 @@ def _stage(entry: dict[str, Any], name: str, current: _Current) -> _Staged:
         # (The timestamps, which save() sets, are excluded: not loaded, nothing to check.)
         rule.full_clean(exclude=["created_at", "updated_at"], validate_unique=False)
     except ValidationError as exc:
+        # Each message is a sentence, and the callers add "; nothing was written." after it.
         details = "; ".join(
-            f"{field}: {' '.join(messages)}"
+            f"{field}: {'; '.join(_clause(m) for m in messages)}"
             for field, messages in getattr(exc, "message_dict", {"rule": exc.messages}).items()
         )
         raise RuleFileError(f"rule {name!r}: {details}") from None
@@ -760,7 +768,8 @@ def _overrides(rule: Rule, entries: Any) -> list[Override]:
                 raise ValidationError(_("This client key has an override of this rule already."))
         except ValidationError as exc:
             raise RuleFileError(
-                f"rule {rule.name!r}: override {entry.get('key')!r}: {' '.join(exc.messages)}"
+                f"rule {rule.name!r}: override {entry.get('key')!r}: "
+                + "; ".join(_clause(m) for m in exc.messages)
             ) from None
         found[override.key] = override
     return list(found.values())

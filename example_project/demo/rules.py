@@ -1,5 +1,8 @@
 """The demo's seeded rules, created once by ``manage.py demo``."""
 
+# Seeded by earlier versions and covering no view now: ``manage.py demo`` deletes them.
+RETIRED_RULES = [{"name": "failed-login", "scope": "failed-login"}]
+
 DEMO_RULES = [
     {
         "name": "site",
@@ -46,12 +49,14 @@ DEMO_RULES = [
         "algorithm": "fixed_window",
     },
     {
-        "name": "failed-login",
-        "scope": "failed-login",
+        "name": "login-failures",
+        "scope": "login",
+        "methods": "POST",
         "key_kind": "ip",
         "limit": 5,
         "unit": "minute",
         "algorithm": "sliding_window_log",
+        "count_statuses": "401",
         "fail_mode": "closed",
     },
     {

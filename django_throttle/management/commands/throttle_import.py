@@ -46,5 +46,5 @@ class Command(BaseCommand):
             plan = import_rules(parse(raw, fmt), prune=prune, dry_run=dry_run)
         except RuleFileError as exc:
             raise CommandError(f"{shown}: {exc}; nothing was written.") from None
-        for line in plan.lines():
-            self.stdout.write(("would " if dry_run else "") + line)
+        for line in plan.lines(dry_run):
+            self.stdout.write(line)

@@ -7,7 +7,7 @@ from django.core.management.base import BaseCommand
 
 from django_throttle.conf import conf
 from django_throttle.models import Rule
-from example_project.demo.rules import DEMO_RULES
+from example_project.demo.rules import DEMO_RULES, RETIRED_RULES
 
 DEMO_USERNAME = "admin"
 DEMO_PASSWORD = "admin"
@@ -24,6 +24,8 @@ class Command(BaseCommand):
 
     def handle(self, *args, addrport, no_server, **options):
         call_command("migrate", interactive=False, verbosity=0)
+        for fields in RETIRED_RULES:
+            Rule.objects.filter(**fields).delete()
         created = 0
         for fields in DEMO_RULES:
             _, was_created = Rule.objects.get_or_create(name=fields["name"], defaults=fields)

@@ -1,10 +1,8 @@
 # chat/routing.py: a chat whose handshakes and messages are limited by admin rules.
-from channels.auth import AuthMiddlewareStack
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
-from channels.routing import URLRouter
 from django.urls import path
 
-from django_throttle.contrib.channels import ThrottledConsumerMixin, ThrottleMiddleware
+from django_throttle.contrib.channels import ThrottledConsumerMixin
 
 
 class ChatConsumer(ThrottledConsumerMixin, AsyncJsonWebsocketConsumer):
@@ -21,6 +19,4 @@ class ChatConsumer(ThrottledConsumerMixin, AsyncJsonWebsocketConsumer):
         await self.send_json({"echo": content.get("text", "")})
 
 
-websocket_application = AuthMiddlewareStack(
-    ThrottleMiddleware(URLRouter([path("ws/chat/<str:room>/", ChatConsumer.as_asgi())]))
-)
+websocket_urlpatterns = [path("ws/chat/<str:room>/", ChatConsumer.as_asgi())]

@@ -1,0 +1,141 @@
+"""The example project as ``scripts/demo`` serves it (``manage.py demo``: Daphne's runserver,
+the demo's seeded rules, the harness's Redis), driven over real sockets."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from http.client import HTTPConnection
+from io import StringIO
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import pytest
+from django.core.management import call_command
+
+from django_throttle.models import Rule
+from tests.served import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def demo(tmp_path: Path) -> Iterator[tuple[int, dict[str, str]]]:
+    """The demo's port and environment (its own database in ``tmp_path``)."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "example_project.settings",
+        "DEMO_DATABASE": str(tmp_path / "demo.sqlite3"),
+    }
+    assert env["REDIS_URL"]  # the harness's server: the demo's store is Redis, as in production
+    process = subprocess.Popen(
+        [sys.executable, "manage.py", "demo", f"127.0.0.1:{port}"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert process.poll() is None, "the demo exited"
+            try:
+                get(port, "/login/")
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the demo did not start"
+                time.sleep(0.2)
+        yield port, env
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def get(port: int, path: str) -> tuple[int, str]:
+    """The status and the CSRF cookie's value of a GET."""
+    connection = HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        connection.request("GET", path)
+        response = connection.getresponse()
+        response.read()
+        cookies = response.msg.get_all("Set-Cookie") or []
+    finally:
+        connection.close()
+    token = next(
+        (c.split(";")[0].split("=", 1)[1] for c in cookies if c.startswith("csrftoken=")), ""
+    )
+    return response.status, token
+
+
+def wrong_login(port: int, token: str) -> int:
+    body = urlencode({"username": "admin", "password": "wrong", "csrfmiddlewaretoken": token})
+    headers = {
+        "Content-Type": "application/x-www-form-urlencoded",
+        "Cookie": f"csrftoken={token}",
+    }
+    connection = HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        connection.request("POST", "/login/", body, headers)
+        response = connection.getresponse()
+        response.read()
+        return response.status
+    finally:
+        connection.close()
+
+
+def rejections(env: dict[str, str]) -> int:
+    """What the demo's database holds for its login rule once every process's counts are in."""
+    subprocess.run(
+        [sys.executable, "manage.py", "throttle_flush"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    with sqlite3.connect(env["DEMO_DATABASE"]) as database:
+        (count,) = database.execute(
+            "SELECT COALESCE(SUM(count), 0) FROM django_throttle_rejection"
+            " WHERE rule = 'login-failures' AND action = 'reject'"
+        ).fetchone()
+    return int(count)
+
+
+@pytest.mark.slow
+def test_parallel_wrong_logins_let_exactly_the_limit_through_and_are_logged(
+    demo: tuple[int, dict[str, str]],
+) -> None:
+    port, env = demo
+    status, token = get(port, "/login/")
+    assert status == 200 and token
+    with ThreadPoolExecutor(max_workers=12) as pool:
+        answers = sorted(pool.map(lambda _: wrong_login(port, token), range(12)))
+    # Five reach the view (a wrong password: 401); the others are refused before it.
+    assert answers == [401] * 5 + [429] * 7
+    deadline = time.monotonic() + 20
+    while (logged := rejections(env)) < 7 and time.monotonic() < deadline:
+        time.sleep(0.5)  # each process hands its counts to Redis every second
+    assert logged == 7
+
+
+@pytest.mark.django_db
+def test_the_demo_replaces_the_login_rule_earlier_versions_seeded(settings: Any) -> None:
+    from example_project.demo.management.commands.demo import Command
+
+    keys = {
+        **settings.DJANGO_THROTTLE["KEY_FUNCTIONS"],
+        "api_key": "example_project.demo.keys.api_key",
+    }
+    settings.DJANGO_THROTTLE = {**settings.DJANGO_THROTTLE, "KEY_FUNCTIONS": keys}
+
+    # What ``manage.py demo`` seeded before: a rule only the old view's check() counted.
+    Rule.objects.create(name="failed-login", scope="failed-login", limit=5, unit="minute")
+    call_command(Command(), no_server=True, stdout=StringIO())
+    assert not Rule.objects.filter(name="failed-login").exists()
+    assert Rule.objects.get(name="login-failures").count_statuses == "401"
