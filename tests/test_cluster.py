@@ -399,11 +399,13 @@ def test_moved_after_a_manual_failover_is_followed(
 
 
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("flushed", [False, True], ids=["loaded", "flushed"])
 def test_ask_during_a_slot_migration_is_followed(
-    cluster: ClusterHarness, store: ClusterStore, asynchronous: bool
+    cluster: ClusterHarness, store: ClusterStore, asynchronous: bool, flushed: bool
 ) -> None:
     """A slot migrating to another master: a key not yet on the source is asked of the target
-    (ASKING), which keeps it."""
+    (ASKING), which keeps it; a target without the script runs it from its source, after
+    ASKING again."""
     limit = make_rule("fixed_window", 10)
     identity = "ip:203.0.113.30"
     slot = slot_of_tag(client_tag(identity))
@@ -419,6 +421,11 @@ def test_ask_during_a_slot_migration_is_followed(
         )
         dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
         src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+        if flushed:
+            dst.script_flush()
+        else:
+            dst.script_load(DECIDE_SOURCE)
+        dst.config_resetstat()
         try:
             if asynchronous:
 
@@ -435,6 +442,10 @@ def test_ask_during_a_slot_migration_is_followed(
             assert result.allowed and result.remaining == 9
             assert dst.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) == 1
             assert src.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) == 0
+            # Run from its source in one round trip, never loaded apart.
+            stats = dst.info("commandstats")
+            assert ("cmdstat_eval" in stats) == flushed
+            assert "cmdstat_script|load" not in stats
         finally:
             asking = dst.pipeline(transaction=False)  # the target serves the slot after ASKING
             asking.execute_command("ASKING")

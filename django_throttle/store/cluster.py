@@ -14,7 +14,15 @@ from typing import Any
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.crc import key_slot
-from redis.exceptions import AskError, MovedError, NoScriptError, ResponseError, TryAgainError
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    MovedError,
+    NoPermissionError,
+    NoScriptError,
+    ResponseError,
+    TryAgainError,
+)
 
 from ..compiled import CompiledRule
 from ..conf import conf
@@ -22,7 +30,7 @@ from ..state_keys import BLOCK_SUFFIX, client_tag
 from .aio_connection import AsyncStack, acall_any, async_stack
 from .base import BlockReads, Check, Result, client_keys
 from .breaker import NodeBreakers
-from .connections import ConnectionStack, call, keeps
+from .connections import ConnectionStack, as_eval, call, keeps
 from .errors import STORE_ERRORS
 from .redis import (
     BLOCK_SHA,
@@ -50,6 +58,11 @@ SLOTS = 16384
 # Redirections one script call follows: a failover takes one, a slot map in flux a few more.
 REDIRECTIONS = 5
 PRIMARY, REPLICA = "primary", "replica"  # redis-py's server types of a node
+
+
+# Replies that send a call elsewhere: MOVED (an AskError), ASK, and CLUSTERDOWN from a node
+# that has not yet settled a failover.
+REDIRECTIONS_OF = (AskError, ClusterDownError)
 
 
 class Unsettled(TryAgainError):
@@ -264,16 +277,34 @@ class _Cluster:
             self._suspect = self.node_of_slot(slot)
 
     def _redirected(
-        self, exc: AskError, slot: int, sha: str, source: str, args: list[Any], node: str | None
+        self,
+        exc: AskError | ClusterDownError,
+        slot: int,
+        sha: str,
+        source: str,
+        args: list[Any],
+        node: str | None,
     ) -> Steps[Any]:
         """A script call after a redirection from ``node``, sent where the reply says, as
         redis-py's cluster client does: ``MOVED``, to the slot's new master, which the slot
         map then names (the whole map is read again before the next request); ``ASK``, with
-        ``ASKING``. A redirection is the cluster's answer, not a failure: ``Unsettled`` if
-        they do not settle."""
+        ``ASKING``; ``CLUSTERDOWN`` (a node that has not settled a failover yet), to the
+        slot's master as another node's map names it. A redirection is the cluster's answer,
+        not a failure: ``Unsettled`` if they do not settle."""
         manager = self.client.nodes_manager
         redirecting = {node}  # the nodes that sent this call elsewhere
         for _ in range(REDIRECTIONS):
+            if isinstance(exc, ClusterDownError):
+                owner = yield from self._owner_elsewhere(slot, redirecting)
+                if owner is None:
+                    break
+                self._stale = True
+                try:
+                    return (yield from self._script_on(owner, sha, source, args, asking=False))
+                except REDIRECTIONS_OF as again:
+                    redirecting.add(owner.name)
+                    exc = again
+                continue
             moved = isinstance(exc, MovedError)
             target = manager.get_node(host=exc.host, port=exc.port)
             if target is None:  # a node added since the map was read
@@ -296,7 +327,7 @@ class _Cluster:
                 args = _without_block_keys(args)
             try:
                 return (yield from self._script_on(target, sha, source, args, asking=not moved))
-            except AskError as again:  # MOVED too
+            except REDIRECTIONS_OF as again:
                 redirecting.add(target.name)
                 exc = again
         raise Unsettled(f"the cluster's redirections did not settle ({exc})") from exc
@@ -304,21 +335,27 @@ class _Cluster:
     def _script_on(
         self, node: Any, sha: str, source: str, args: list[Any], asking: bool
     ) -> Steps[Any]:
-        """A script call on ``node``, the script loaded there if it lacks it (a new master after
-        a failover may). SCRIPT LOAD, not EVAL with the source: the ACL of docs/deploying.md
-        allows EVALSHA only."""
+        """A script call on ``node``, run from its source if the node lacks it (a new master
+        after a failover may), as every stack does (connections.reloaded()); ``asking``: each
+        command after ASKING, which holds for one command."""
         stack = self._stack(node)
         conn = yield stack.take, ()
+        command = ("EVALSHA", sha, *args)
         try:
             try:
                 if asking:
                     yield self._call, (conn, ("ASKING",))
-                reply = yield self._call, (conn, ("EVALSHA", sha, *args))
+                reply = yield self._call, (conn, command)
             except NoScriptError:
-                yield self._call, (conn, ("SCRIPT", "LOAD", source))
-                if asking:
-                    yield self._call, (conn, ("ASKING",))
-                reply = yield self._call, (conn, ("EVALSHA", sha, *args))
+                try:
+                    if asking:
+                        yield self._call, (conn, ("ASKING",))
+                    reply = yield self._call, (conn, as_eval(command, source))
+                except NoPermissionError:  # an ACL without +eval: loaded, then run
+                    yield self._call, (conn, ("SCRIPT", "LOAD", source))
+                    if asking:
+                        yield self._call, (conn, ("ASKING",))
+                    reply = yield self._call, (conn, command)
         except ResponseError as error:
             yield stack.settle, (conn, error)
             raise
@@ -410,7 +447,7 @@ class ClusterStore(_Cluster):
             node = master_of(self.client.nodes_manager, slot)
             try:
                 return self._stack(node).run_script(sha, source, *args)
-            except AskError as exc:  # MOVED too
+            except REDIRECTIONS_OF as exc:
                 return drive(self._redirected(exc, slot, sha, source, args, node.name))
         except BaseException as exc:
             self._failed(exc, slot)
@@ -539,7 +576,7 @@ class ClusterStore(_Cluster):
                 return unpacked(self._run(slot, DECIDE_SHA, DECIDE_SOURCE, args))
             except Exception as again:
                 return again
-        except AskError as exc:  # MOVED too: followed one by one
+        except REDIRECTIONS_OF as exc:  # followed one by one
             stack.settle(conn, exc)
             try:
                 redirected = self._redirected(exc, slot, DECIDE_SHA, DECIDE_SOURCE, args, node)
@@ -631,7 +668,7 @@ class AsyncClusterStore(_Cluster):
             node = master_of(self.client.nodes_manager, slot)
             try:
                 return await self._stack(node).run_script(sha, source, *args)
-            except AskError as exc:  # MOVED too
+            except REDIRECTIONS_OF as exc:
                 return await adrive(self._redirected(exc, slot, sha, source, args, node.name))
         except BaseException as exc:
             self._failed(exc, slot)
