@@ -330,7 +330,7 @@ def test_a_view_only_user_gets_403(admin_client, django_user_model, rules):
 
 
 def test_a_user_who_may_not_add_or_delete_sees_why_and_no_apply(django_user_model, rules):
-    client = staff(django_user_model, "view_rule", "change_rule")
+    client = staff(django_user_model, "view_rule", "change_rule", *OVERRIDE_PERMISSIONS)
     response = preview(client, FILE, prune=True)
     html = response.content.decode()
     assert "The file creates rules, and you may not add rules." in html
@@ -340,6 +340,70 @@ def test_a_user_who_may_not_add_or_delete_sees_why_and_no_apply(django_user_mode
     only_change = FILE.split("  - name: search")[0]
     client.post(IMPORT, {"token": token_of(preview(client, only_change))})
     assert table()["login"][1] == 10
+
+
+OVERRIDE_PERMISSIONS = ("add_override", "change_override", "delete_override")
+RULE_PERMISSIONS = ("view_rule", "add_rule", "change_rule", "delete_rule")
+REPLACES = (
+    "The file replaces the overrides of rules, which takes the permissions to add, change and "
+    "delete overrides."
+)
+
+
+def grant(client: Client, *codenames: str) -> None:
+    user = client.get(CHANGELIST).wsgi_request.user
+    user.user_permissions.set(Permission.objects.filter(codename__in=codenames))
+
+
+def test_replacing_a_rules_overrides_takes_the_override_permissions(django_user_model, rules):
+    """The file gives login an exempt override: a user who may edit rules but not overrides
+    sees why and no Apply, and a preview applied after he lost them writes nothing."""
+    client = staff(django_user_model, *RULE_PERMISSIONS)
+    response = preview(client, FILE)
+    html = response.content.decode()
+    assert REPLACES in html and 'name="token"' not in html
+    for missing in OVERRIDE_PERMISSIONS:  # each of the three is needed
+        grant(client, *RULE_PERMISSIONS, *(p for p in OVERRIDE_PERMISSIONS if p != missing))
+        assert REPLACES in preview(client, FILE).content.decode()
+
+    grant(client, *RULE_PERMISSIONS, *OVERRIDE_PERMISSIONS)
+    token = token_of(preview(client, FILE))
+    grant(client, *RULE_PERMISSIONS)
+    before = table()
+    refused = client.post(IMPORT, {"token": token})
+    assert refused.status_code == 200
+    html = refused.content.decode()
+    assert REPLACES in html and 'name="token"' not in html
+    assert "The rules changed since the preview" not in html
+    assert table() == before and not Override.objects.filter(rule=rules["login"]).exists()
+    assert not LogEntry.objects.exists()
+
+    grant(client, *RULE_PERMISSIONS, *OVERRIDE_PERMISSIONS)
+    assert client.post(IMPORT, {"token": token}).status_code == 302
+    assert table()["login"][4] == ["ip:203.0.113.7"]
+
+
+def test_creating_rules_with_overrides_takes_add_and_deleting_them_delete(django_user_model, rules):
+    client = staff(django_user_model, *RULE_PERMISSIONS)
+    created = "rules:\n  - name: new\n    scope: new\n    limit: 3\n    overrides:\n" + (
+        '      - {key: "user:7", limit: 9}\n'
+    )
+    html = preview(client, created).content.decode()
+    assert "The file creates rules with overrides, and you may not add overrides." in html
+    assert 'name="token"' not in html
+    # Prune deletes api, which has an override: the admin's delete page asks for delete too.
+    kept = export(client, rules["login"], rules["old"]).content.decode()
+    html = preview(client, kept, prune=True).content.decode()
+    assert (
+        "The file deletes rules that have overrides (prune), and you may not delete overrides."
+    ) in html
+    assert 'name="token"' not in html
+
+    grant(client, *RULE_PERMISSIONS, "add_override", "delete_override")
+    client.post(IMPORT, {"token": token_of(preview(client, created))})
+    assert table()["new"][4] == ["user:7"]
+    client.post(IMPORT, {"token": token_of(preview(client, kept, prune=True))})
+    assert set(table()) == {"login", "old"}
 
 
 def test_the_import_page_needs_the_csrf_token(django_user_model, rules, admin_user):

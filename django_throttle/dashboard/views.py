@@ -28,14 +28,14 @@ from ..choices import KeyKind
 from ..compiled import CompiledRule, with_overrides
 from ..conf import conf
 from ..engine import inspect, rule_for
-from ..models import Dashboard, Rule
+from ..models import Dashboard, Override, Rule
 from ..rates import describe
 from ..rejection_log import REJECT, SHADOW, UNAVAILABLE, collect, is_complete
 from ..rejection_log.database import as_datetime
 from ..rules import compile_rule, default_scopes, defaults_of
 from ..store import Result, get_store
 from ..store.errors import STORE_ERRORS
-from .actions import BLOCK_TIMES, EXPIRY_TIMES, act
+from .actions import BLOCK_TIMES, EXPIRY_TIMES, act, may_override
 from .chart import chart_svg, legend
 from .fields import IdsField
 from .queries import DEFAULT_PERIOD, PERIODS, dashboard_data
@@ -171,6 +171,7 @@ class DashboardAdmin(_DashboardModelAdmin):
             if row["display"] in usernames:
                 row["client"] = f"{row['display']} ({usernames[row['display']]})"
             _target(row, rule_ids)
+        _offer_overrides(request, data["top_keys"])
         for row in data["recent"]:
             row["action_label"] = ACTION_LABELS[row["action"]]
         periods = [
@@ -224,6 +225,7 @@ class DashboardAdmin(_DashboardModelAdmin):
         states = []
         if form.is_bound and form.is_valid():
             states = _states(list(form.cleaned_data["rule"]), form.cleaned_data["key"])
+            _offer_overrides_on(request, states, form.cleaned_data["key"])
             states += _default_states(form.cleaned_data["scope"], form.cleaned_data["key"])
         context = self._context(
             request,
@@ -256,6 +258,34 @@ def _target(row: dict[str, Any], rule_ids: Mapping[str, int]) -> None:
         return  # a rule deleted since
     query = urlencode({**where, "key": row["display"]})
     row["inspect_url"] = reverse("admin:django_throttle_dashboard_key") + "?" + query
+
+
+def _offer_overrides(request: HttpRequest, rows: list[dict[str, Any]]) -> None:
+    """``can_override`` on each row: whether the user may exempt its client or give it its
+    own limit, which makes (add) or replaces (change) its override; one query for the page."""
+    wanted = {(row["rule_pk"], Override.keyed(row["display"])) for row in rows if row["rule_pk"]}
+    existing: set[tuple[int, str]] = set()
+    if wanted:
+        pairs = Override.objects.filter(
+            rule_id__in={pk for pk, _ in wanted}, key__in={key for _, key in wanted}
+        ).values_list("rule_id", "key")
+        existing = set(pairs) & wanted
+    for row in rows:
+        exists = (row["rule_pk"], Override.keyed(row["display"])) in existing
+        row["can_override"] = bool(row["rule_pk"]) and may_override(request, exists)
+
+
+def _offer_overrides_on(request: HttpRequest, states: list[KeyState], key: str) -> None:
+    """``can_override`` on each rule's state of the key page, as for the dashboard's rows."""
+    rules = [state.rule.pk for state in states if state.rule.pk is not None]
+    existing = set(
+        Override.objects.filter(rule_id__in=rules, key=Override.keyed(key)).values_list(
+            "rule_id", flat=True
+        )
+    )
+    for state in states:
+        if state.rule.pk is not None:
+            state.can_override = may_override(request, state.rule.pk in existing)
 
 
 def store_now() -> datetime | None:
@@ -312,6 +342,7 @@ class KeyState:
     blocked: bool = False
     error: str | None = None
     warning: str | None = None
+    can_override: bool = False  # the user may exempt the client or give it its own limit
 
     def show(self, rule: CompiledRule, result: Result) -> None:
         """What the store says of the client under ``rule`` (as applied to it)."""
