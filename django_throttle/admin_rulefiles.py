@@ -41,6 +41,7 @@ from .management.rulefiles import (
     RuleFileError,
     dump,
     export_rules,
+    hold_rules,
     import_rules,
     load,
     parse,
@@ -238,6 +239,7 @@ def _apply(model_admin: _RuleModelAdmin, request: HttpRequest) -> HttpResponse:
         )
     try:
         with transaction.atomic():
+            hold_rules()  # before the first read: another apply under way finishes first
             doomed = _named(doomed_names)  # read before they go, for the admin log
             plan = import_rules(load(upload.text, upload.fmt), prune=upload.prune, dry_run=False)
             changed = _digest(plan) != previewed

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import threading
 from typing import Any
 
 import pytest
@@ -623,3 +624,67 @@ def test_a_row_stored_in_another_spelling_imports_unchanged(admin_client: Client
     plan = import_rules(load(exported, "yaml"), prune=False, dry_run=False)
     assert plan.lines() == ["unchanged api"]
     assert Rule.objects.get(pk=rule.pk).exempt_networks == "10.0.0.0/8\n192.168.0.0/16"
+
+
+# -- two admins applying at once -------------------------------------------------------------
+
+ROUNDS = 6
+
+
+def apply_at_once(tokens: list[tuple[Client, str]]) -> list[Any]:
+    """Each client POSTs its token in a thread of its own (its own database connection), all
+    released together; the responses, or the exceptions they raised."""
+    from django.db import connections
+
+    barrier = threading.Barrier(len(tokens))
+    results: list[Any] = [None] * len(tokens)
+
+    def apply(index: int, client: Client, token: str) -> None:
+        try:
+            barrier.wait()
+            results[index] = client.post(IMPORT, {"token": token})
+        except Exception as exc:  # a 500, raised by the test client
+            results[index] = exc
+        finally:
+            connections.close_all()
+
+    threads = [
+        threading.Thread(target=apply, args=(i, client, token))
+        for i, (client, token) in enumerate(tokens)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_admins_applying_at_once_get_one_import_and_one_new_preview(django_user_model):
+    """Two previews of files that both create 'search' and change 'login', applied at the same
+    moment by two admins: one is written, the other is shown again with the notice that the
+    rules changed (never a 500: a unique name twice on PostgreSQL, "database is locked" on
+    SQLite), round after round."""
+    admins = []
+    for name in ("ada", "bob"):
+        user = django_user_model.objects.create_superuser(name, f"{name}@example.com", "pw")
+        client = Client(raise_request_exception=True)
+        client.force_login(user)
+        admins.append(client)
+    other = FILE.replace("limit: 10", "limit: 11").replace("limit: 30", "limit: 31")
+    for round_number in range(ROUNDS):
+        Rule.objects.all().delete()
+        Rule.objects.create(name="login", scope="login", methods="POST", limit=5, per=15)
+        tokens = [
+            (admins[0], token_of(preview(admins[0], FILE))),
+            (admins[1], token_of(preview(admins[1], other))),
+        ]
+        results = apply_at_once(tokens)
+        failures = [r for r in results if isinstance(r, Exception)]
+        assert not failures, f"round {round_number}: {failures!r}"
+        statuses = sorted(r.status_code for r in results)
+        assert statuses == [200, 302], f"round {round_number}: {statuses}"
+        (again,) = [r for r in results if r.status_code == 200]
+        assert "The rules changed since the preview" in again.content.decode()
+        written = 10 if results[0].status_code == 302 else 11
+        assert table()["login"][1] == written and table()["search"][1] == written + 20
