@@ -216,6 +216,36 @@ def fill(total: int, rules: int, now: int, unbounded: bool = False) -> float:
 # -- timing -----------------------------------------------------------------------------------
 
 
+def make_rules(count: int) -> float:
+    """``count`` rules in the rule table, named as the rows name them (rule-00, rule-01...)."""
+    from django.db import models
+
+    from django_throttle.models import Rule
+
+    began = time.perf_counter()
+    # The plain QuerySet: the rules are valid, and validating 10,000 of them is not the bench.
+    plain: models.QuerySet[Rule] = models.QuerySet(model=Rule)
+    plain.bulk_create(
+        (Rule(name=f"rule-{r:02d}", scope=f"/r{r}/", limit=100) for r in range(count)),
+        batch_size=1000,
+    )
+    return time.perf_counter() - began
+
+
+def timed(client: Any, url: str, repeat: int) -> tuple[int, list[float]]:
+    """The page's size in bytes and ``repeat`` timings in ms, after one that warms the caches."""
+    samples, size = [], 0
+    for attempt in range(repeat + 1):
+        began = time.perf_counter()
+        response = client.get(url)
+        elapsed = time.perf_counter() - began
+        assert response.status_code == 200, (url, response.status_code)
+        size = len(response.content)
+        if attempt:
+            samples.append(elapsed * 1000)
+    return size, samples
+
+
 def time_views(repeat: int, user_exists: bool = False) -> list[tuple[str, ...]]:
     from django.contrib.auth import get_user_model
     from django.test import Client
@@ -240,14 +270,7 @@ def time_views(repeat: int, user_exists: bool = False) -> list[tuple[str, ...]]:
             period_rows = Rejection.objects.filter(minute__gte=data["start"])
             if rule:
                 period_rows = period_rows.filter(rule=rule)
-            samples = []
-            for attempt in range(repeat + 1):
-                began = time.perf_counter()
-                response = client.get(url)
-                elapsed = time.perf_counter() - began
-                assert response.status_code == 200, response.status_code
-                if attempt:  # the first one warms the caches
-                    samples.append(elapsed * 1000)
+            size, samples = timed(client, url, repeat)
             total = sum(t["total"] for t in data["totals"])
             out.append(
                 (
@@ -255,6 +278,7 @@ def time_views(repeat: int, user_exists: bool = False) -> list[tuple[str, ...]]:
                     rule or "all rules",
                     f"{period_rows.count():,}",
                     f"{total:,}",
+                    f"{size:,}",
                     f"{statistics.median(samples):.0f}",
                     f"{max(samples):.0f}",
                 )
@@ -262,10 +286,48 @@ def time_views(repeat: int, user_exists: bool = False) -> list[tuple[str, ...]]:
     return out
 
 
+def time_key_pages(repeat: int) -> list[tuple[str, ...]]:
+    """The key page of the top client under one rule and under three, and a page of the
+    pickers' search (what a browser asks while a rule is typed)."""
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    from django_throttle.models import Rule
+
+    client = Client()
+    client.force_login(get_user_model().objects.get(username="bench"))
+    pks = list(Rule.objects.order_by("name").values_list("pk", flat=True)[:3])
+    key = "ip:198.18.0.0"  # the first client of the pool: a heavy hitter of every rule
+    key_page = "/admin/django_throttle/dashboard/key/"
+    urls = (
+        ("key page, 1 rule", f"{key_page}?rule={pks[0]}&key={key}"),
+        ("key page, 3 rules", f"{key_page}?{'&'.join(f'rule={pk}' for pk in pks)}&key={key}"),
+        ("rule search, 'rule-1'", "/admin/django_throttle/dashboard/rules/?term=rule-1"),
+        ("rule search by name, page 5", "/admin/django_throttle/dashboard/rules/?by=name&page=5"),
+    )
+    out = []
+    for name, url in urls:
+        size, samples = timed(client, url, repeat)
+        median, slowest = statistics.median(samples), max(samples)
+        out.append((name, f"{size:,}", f"{median:.0f}", f"{slowest:.0f}"))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--rules", type=int, default=3)
+    parser.add_argument(
+        "--rules",
+        type=int,
+        default=3,
+        help="rules in the rule table (rule-00, rule-01...); the rows name the first --flooded",
+    )
+    parser.add_argument(
+        "--flooded",
+        type=int,
+        default=None,
+        help="rules the rows name (rejected at once), default: --rules, at most 20",
+    )
     parser.add_argument("--postgres", action="store_true", help="PostgreSQL instead of SQLite")
     parser.add_argument("--repeat", type=int, default=5, help="timed requests per view")
     parser.add_argument(
@@ -277,6 +339,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.unbounded and "--rules" not in sys.argv:
         args.rules = 5
+    if args.flooded is None:
+        args.flooded = min(args.rules, 20)
 
     directory = tempfile.mkdtemp(prefix="bench-dashboard-")
     if args.postgres:
@@ -298,7 +362,8 @@ def main() -> None:
 
             call_command("migrate", verbosity=0)
             now = int(time.time())
-            seconds = fill(args.rows, args.rules, now, args.unbounded)
+            made = make_rules(args.rules)
+            seconds = fill(args.rows, args.flooded, now, args.unbounded)
             oldest = Rejection.objects.order_by("minute").values_list("minute", flat=True)[0]
             engine = (
                 f"PostgreSQL {connection.pg_version // 10000}"
@@ -309,11 +374,22 @@ def main() -> None:
             shape = "written unbounded" if args.unbounded else "as the log keeps them"
             print(
                 f"\n## Dashboard on {engine}: {Rejection.objects.count():,} rows {shape}, "
-                f"{args.rules} rules, since {oldest:%Y-%m-%d %H:%M} UTC "
-                f"(filled in {seconds:.0f} s)\n"
+                f"{args.flooded} rules, since {oldest:%Y-%m-%d %H:%M} UTC "
+                f"(filled in {seconds:.0f} s); {args.rules:,} rules in the rule table "
+                f"(made in {made:.1f} s)\n"
             )
-            header = ("period", "rule", "rows in period", "rejections", "median ms", "max ms")
+            header = (
+                "period",
+                "rule",
+                "rows in period",
+                "rejections",
+                "page bytes",
+                "median ms",
+                "max ms",
+            )
             harness.table(header, time_views(args.repeat))
+            print()
+            harness.table(("page", "bytes", "median ms", "max ms"), time_key_pages(args.repeat))
             began = time.perf_counter()
             merged = compact(now=now)
             print(

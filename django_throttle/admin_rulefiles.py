@@ -33,6 +33,7 @@ from django.utils.timezone import localtime
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
+from .dashboard.actions import may
 from .management.rulefiles import (
     FIELDS,
     MAX_FILE_BYTES,
@@ -40,11 +41,12 @@ from .management.rulefiles import (
     RuleFileError,
     dump,
     export_rules,
+    hold_rules,
     import_rules,
     load,
     parse,
 )
-from .models import Rule
+from .models import Override, Rule
 
 if TYPE_CHECKING:
     from django.contrib.auth.base_user import AbstractBaseUser
@@ -144,11 +146,13 @@ def _digest(plan: Plan) -> str:
 
 
 class _PlanChanged(Exception):
-    """The rules changed between the preview and the apply step: roll back, preview again."""
+    """The rules changed between the preview and the apply step, or the plan is not this
+    user's to apply (his permissions changed since): roll back, preview again."""
 
-    def __init__(self, plan: Plan) -> None:
+    def __init__(self, plan: Plan, changed: bool) -> None:
         super().__init__()
         self.plan = plan
+        self.changed = changed
 
 
 def import_page(model_admin: _RuleModelAdmin, request: HttpRequest) -> HttpResponse:
@@ -235,20 +239,24 @@ def _apply(model_admin: _RuleModelAdmin, request: HttpRequest) -> HttpResponse:
         )
     try:
         with transaction.atomic():
+            hold_rules()  # before the first read: another apply under way finishes first
             doomed = _named(doomed_names)  # read before they go, for the admin log
             plan = import_rules(load(upload.text, upload.fmt), prune=upload.prune, dry_run=False)
-            if _digest(plan) != previewed or _refused(model_admin, request, plan):
-                raise _PlanChanged(plan)
+            changed = _digest(plan) != previewed
+            if changed or _refused(model_admin, request, plan):
+                raise _PlanChanged(plan, changed)
             _log(request, upload, plan, doomed)
     except RuleFileError as exc:  # a group deleted since the preview, say
         message = gettext("%(file)s: %(problem)s; nothing was written.")
         return _start_again(model_admin, request, message % {"file": upload.name, "problem": exc})
-    except _PlanChanged as changed:  # rolled back: nothing was written
-        notice = gettext(
-            "The rules changed since the preview, and nothing was written: this is what the "
-            "file would do now."
-        )
-        return _preview(model_admin, request, upload, changed.plan, notice)
+    except _PlanChanged as refused:  # rolled back: nothing was written
+        notice = ""
+        if refused.changed:
+            notice = gettext(
+                "The rules changed since the preview, and nothing was written: this is what "
+                "the file would do now."
+            )
+        return _preview(model_admin, request, upload, refused.plan, notice)
     messages.success(request, _summary(upload, plan))
     changelist = reverse(
         f"{model_admin.admin_site.name}:{Rule._meta.app_label}_{Rule._meta.model_name}_changelist"
@@ -262,13 +270,43 @@ def _start_again(model_admin: _RuleModelAdmin, request: HttpRequest, error: str)
 
 
 def _refused(model_admin: _RuleModelAdmin, request: HttpRequest, plan: Plan) -> list[str]:
-    """What the plan does that this user may not do (the page itself needs change)."""
+    """What the plan does that this user may not do (the page itself needs change), as the
+    admin's own pages would refuse it: overrides included."""
     problems = []
     if plan.create and not model_admin.has_add_permission(request):
         problems.append(gettext("The file creates rules, and you may not add rules."))
     if plan.delete and not model_admin.has_delete_permission(request):
         problems.append(gettext("The file deletes rules (prune), and you may not delete rules."))
+    if any(plan.after[name]["overrides"] for name in plan.create) and not may(
+        request, "add", Override
+    ):
+        problems.append(
+            gettext("The file creates rules with overrides, and you may not add overrides.")
+        )
+    replaces = any("overrides" in fields for _name, fields in plan.change)
+    if replaces and not all(may(request, a, Override) for a in ("add", "change", "delete")):
+        problems.append(
+            gettext(
+                "The file replaces the overrides of rules, which takes the permissions to add, "
+                "change and delete overrides."
+            )
+        )
+    # Deleting a rule deletes its overrides: the admin's delete page asks for that too.
+    if plan.delete and not may(request, "delete", Override) and _with_overrides(plan.delete):
+        problems.append(
+            gettext(
+                "The file deletes rules that have overrides (prune), and you may not delete "
+                "overrides."
+            )
+        )
     return problems
+
+
+def _with_overrides(names: list[str]) -> bool:
+    return any(
+        Override.objects.filter(rule__name__in=names[start : start + CHUNK]).exists()
+        for start in range(0, len(names), CHUNK)
+    )
 
 
 def _render(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import threading
 from typing import Any
 
 import pytest
@@ -346,7 +347,7 @@ def test_a_view_only_user_gets_403(admin_client, django_user_model, rules):
 
 
 def test_a_user_who_may_not_add_or_delete_sees_why_and_no_apply(django_user_model, rules):
-    client = staff(django_user_model, "view_rule", "change_rule")
+    client = staff(django_user_model, "view_rule", "change_rule", *OVERRIDE_PERMISSIONS)
     response = preview(client, FILE, prune=True)
     html = response.content.decode()
     assert "The file creates rules, and you may not add rules." in html
@@ -356,6 +357,70 @@ def test_a_user_who_may_not_add_or_delete_sees_why_and_no_apply(django_user_mode
     only_change = FILE.split("  - name: search")[0]
     client.post(IMPORT, {"token": token_of(preview(client, only_change))})
     assert table()["login"][1] == 10
+
+
+OVERRIDE_PERMISSIONS = ("add_override", "change_override", "delete_override")
+RULE_PERMISSIONS = ("view_rule", "add_rule", "change_rule", "delete_rule")
+REPLACES = (
+    "The file replaces the overrides of rules, which takes the permissions to add, change and "
+    "delete overrides."
+)
+
+
+def grant(client: Client, *codenames: str) -> None:
+    user = client.get(CHANGELIST).wsgi_request.user
+    user.user_permissions.set(Permission.objects.filter(codename__in=codenames))
+
+
+def test_replacing_a_rules_overrides_takes_the_override_permissions(django_user_model, rules):
+    """The file gives login an exempt override: a user who may edit rules but not overrides
+    sees why and no Apply, and a preview applied after he lost them writes nothing."""
+    client = staff(django_user_model, *RULE_PERMISSIONS)
+    response = preview(client, FILE)
+    html = response.content.decode()
+    assert REPLACES in html and 'name="token"' not in html
+    for missing in OVERRIDE_PERMISSIONS:  # each of the three is needed
+        grant(client, *RULE_PERMISSIONS, *(p for p in OVERRIDE_PERMISSIONS if p != missing))
+        assert REPLACES in preview(client, FILE).content.decode()
+
+    grant(client, *RULE_PERMISSIONS, *OVERRIDE_PERMISSIONS)
+    token = token_of(preview(client, FILE))
+    grant(client, *RULE_PERMISSIONS)
+    before = table()
+    refused = client.post(IMPORT, {"token": token})
+    assert refused.status_code == 200
+    html = refused.content.decode()
+    assert REPLACES in html and 'name="token"' not in html
+    assert "The rules changed since the preview" not in html
+    assert table() == before and not Override.objects.filter(rule=rules["login"]).exists()
+    assert not LogEntry.objects.exists()
+
+    grant(client, *RULE_PERMISSIONS, *OVERRIDE_PERMISSIONS)
+    assert client.post(IMPORT, {"token": token}).status_code == 302
+    assert table()["login"][4] == ["ip:203.0.113.7"]
+
+
+def test_creating_rules_with_overrides_takes_add_and_deleting_them_delete(django_user_model, rules):
+    client = staff(django_user_model, *RULE_PERMISSIONS)
+    created = "rules:\n  - name: new\n    scope: new\n    limit: 3\n    overrides:\n" + (
+        '      - {key: "user:7", limit: 9}\n'
+    )
+    html = preview(client, created).content.decode()
+    assert "The file creates rules with overrides, and you may not add overrides." in html
+    assert 'name="token"' not in html
+    # Prune deletes api, which has an override: the admin's delete page asks for delete too.
+    kept = export(client, rules["login"], rules["old"]).content.decode()
+    html = preview(client, kept, prune=True).content.decode()
+    assert (
+        "The file deletes rules that have overrides (prune), and you may not delete overrides."
+    ) in html
+    assert 'name="token"' not in html
+
+    grant(client, *RULE_PERMISSIONS, "add_override", "delete_override")
+    client.post(IMPORT, {"token": token_of(preview(client, created))})
+    assert table()["new"][4] == ["user:7"]
+    client.post(IMPORT, {"token": token_of(preview(client, kept, prune=True))})
+    assert set(table()) == {"login", "old"}
 
 
 def test_the_import_page_needs_the_csrf_token(django_user_model, rules, admin_user):
@@ -575,3 +640,67 @@ def test_a_row_stored_in_another_spelling_imports_unchanged(admin_client: Client
     plan = import_rules(load(exported, "yaml"), prune=False, dry_run=False)
     assert plan.lines() == ["unchanged api"]
     assert Rule.objects.get(pk=rule.pk).exempt_networks == "10.0.0.0/8\n192.168.0.0/16"
+
+
+# -- two admins applying at once -------------------------------------------------------------
+
+ROUNDS = 6
+
+
+def apply_at_once(tokens: list[tuple[Client, str]]) -> list[Any]:
+    """Each client POSTs its token in a thread of its own (its own database connection), all
+    released together; the responses, or the exceptions they raised."""
+    from django.db import connections
+
+    barrier = threading.Barrier(len(tokens))
+    results: list[Any] = [None] * len(tokens)
+
+    def apply(index: int, client: Client, token: str) -> None:
+        try:
+            barrier.wait()
+            results[index] = client.post(IMPORT, {"token": token})
+        except Exception as exc:  # a 500, raised by the test client
+            results[index] = exc
+        finally:
+            connections.close_all()
+
+    threads = [
+        threading.Thread(target=apply, args=(i, client, token))
+        for i, (client, token) in enumerate(tokens)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_admins_applying_at_once_get_one_import_and_one_new_preview(django_user_model):
+    """Two previews of files that both create 'search' and change 'login', applied at the same
+    moment by two admins: one is written, the other is shown again with the notice that the
+    rules changed (never a 500: a unique name twice on PostgreSQL, "database is locked" on
+    SQLite), round after round."""
+    admins = []
+    for name in ("ada", "bob"):
+        user = django_user_model.objects.create_superuser(name, f"{name}@example.com", "pw")
+        client = Client(raise_request_exception=True)
+        client.force_login(user)
+        admins.append(client)
+    other = FILE.replace("limit: 10", "limit: 11").replace("limit: 30", "limit: 31")
+    for round_number in range(ROUNDS):
+        Rule.objects.all().delete()
+        Rule.objects.create(name="login", scope="login", methods="POST", limit=5, per=15)
+        tokens = [
+            (admins[0], token_of(preview(admins[0], FILE))),
+            (admins[1], token_of(preview(admins[1], other))),
+        ]
+        results = apply_at_once(tokens)
+        failures = [r for r in results if isinstance(r, Exception)]
+        assert not failures, f"round {round_number}: {failures!r}"
+        statuses = sorted(r.status_code for r in results)
+        assert statuses == [200, 302], f"round {round_number}: {statuses}"
+        (again,) = [r for r in results if r.status_code == 200]
+        assert "The rules changed since the preview" in again.content.decode()
+        written = 10 if results[0].status_code == 302 else 11
+        assert table()["login"][1] == written and table()["search"][1] == written + 20

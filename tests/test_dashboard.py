@@ -402,3 +402,82 @@ def test_the_key_page_asks_for_rules_or_a_scope(admin_client):
     page = admin_client.get(f"{KEY}?key=ip:{CLIENT_IP}")
     assert page.status_code == 200
     assert "Choose rules, or a scope with code defaults." in page.content.decode()
+
+
+# -- pages that do not grow with the rule table ------------------------------------------------
+
+MANY = 500
+
+
+def many_rules() -> list[Rule]:
+    Rule.objects.bulk_create(
+        Rule(name=f"rule-{n:04d}", scope=f"/r{n}/", limit=2) for n in range(MANY)
+    )
+    return list(Rule.objects.order_by("name"))
+
+
+def rule_options(html: str) -> list[str]:
+    """The options of the page's rule pickers (a <select name="rule">)."""
+    pickers = re.findall(r'<select name="rule"[^>]*>(.*?)</select>', html, re.DOTALL)
+    assert pickers, "no rule picker"
+    return [option for picker in pickers for option in re.findall(r"<option\b[^>]*>", picker)]
+
+
+def test_the_pages_hold_the_chosen_rules_not_every_rule(admin_client):
+    rules = many_rules()
+    chosen = rules[123]
+    reject(chosen.scope)
+    flush()
+    pages = {
+        "dashboard": admin_client.get(DASHBOARD).content.decode(),
+        "filtered": admin_client.get(f"{DASHBOARD}?rule={chosen.name}").content.decode(),
+        "key": admin_client.get(f"{KEY}?rule={chosen.pk}&key=ip:{CLIENT_IP}").content.decode(),
+    }
+    for name, html in pages.items():
+        # An empty choice (the filter) and the chosen rule, of the 500.
+        assert len(rule_options(html)) <= 2, name
+        assert "rule-0499" not in html and "/r499/" not in html, name
+        assert len(html) < 60_000, name
+        assert 'data-ajax--url="/admin/django_throttle/dashboard/rules/' in html, name
+        assert "admin/js/vendor/select2/select2.full.min.js" in html, name
+    # The chosen rule is chosen, and what it picks still works.
+    assert f'<option value="{chosen.name}" selected>{chosen.name}</option>' in pages["filtered"]
+    filtered = admin_client.get(f"{DASHBOARD}?rule={chosen.name}")
+    assert [t["rule"] for t in filtered.context["data"]["totals"]] == [chosen.name]
+    key = pages["key"]
+    assert re.search(rf'<option value="{chosen.pk}" selected>{re.escape(chosen.name)}:', key)
+    assert f'data-rule="{chosen.name}"' in key and '<span class="remaining">0</span>' in key
+    # The top client's Act menu names its rule by id, found without reading the table.
+    assert f'name="rule" value="{chosen.pk}"' in pages["dashboard"]
+
+
+def test_the_pickers_search_rules_by_name_or_scope_a_page_at_a_time(admin_client):
+    rules = many_rules()
+    found = admin_client.get(f"{DASHBOARD}rules/", {"term": "rule-012"}).json()
+    assert [r["id"] for r in found["results"]] == [str(r.pk) for r in rules[120:130]]
+    assert found["results"][0]["text"] == str(rules[120])
+    assert found["pagination"] == {"more": False}
+    by_scope = admin_client.get(f"{DASHBOARD}rules/", {"term": "/r499/"}).json()
+    assert [r["id"] for r in by_scope["results"]] == [str(rules[499].pk)]
+    first = admin_client.get(f"{DASHBOARD}rules/", {"term": "rule-", "page": "1"}).json()
+    second = admin_client.get(f"{DASHBOARD}rules/", {"term": "rule-", "page": "2"}).json()
+    assert len(first["results"]) == len(second["results"]) == 20
+    assert first["pagination"]["more"] and second["results"][0]["id"] == str(rules[20].pk)
+    for page in ("0", "-3", "abc", "99999999999999999999999"):
+        response = admin_client.get(f"{DASHBOARD}rules/", {"term": "rule-", "page": page})
+        assert response.status_code == 200
+    names = admin_client.get(f"{DASHBOARD}rules/", {"term": "rule-0007", "by": "name"}).json()
+    assert names["results"] == [{"id": "rule-0007", "text": "rule-0007"}]
+    # The filter takes a scope's code defaults too (tests/views.py: @throttle("search", rate=...)).
+    scopes = admin_client.get(f"{DASHBOARD}rules/", {"term": "sear", "by": "name"}).json()
+    assert {"id": "search", "text": "search (code default)"} in scopes["results"]
+
+
+def test_the_pickers_search_asks_the_dashboards_permission(django_user_model):
+    many_rules()
+    support = Client()
+    support.force_login(user_with(django_user_model, "support", "django_throttle.view_dashboard"))
+    assert support.get(f"{DASHBOARD}rules/", {"term": "rule-0001"}).status_code == 200
+    other = Client()
+    other.force_login(user_with(django_user_model, "other", "django_throttle.view_rule"))
+    assert other.get(f"{DASHBOARD}rules/", {"term": "rule-0001"}).status_code == 403

@@ -83,6 +83,59 @@ def test_view_only_staff_sees_no_buttons_and_is_refused(django_user_model: Any) 
     assert statuses(Client(), IP, 1) == [429]  # the count left as it was, not blocked either
 
 
+RULE_EDITOR = ("django_throttle.view_dashboard", "django_throttle.change_rule")
+OVERRIDE_FORMS = ("throttle-exempt", "throttle-own-limit")
+
+
+def pages(client: Client, api_pk: int) -> list[str]:
+    """The dashboard (a top client's Act menu) and the client's key page."""
+    return [
+        client.get(DASHBOARD).content.decode(),
+        client.get(f"{KEY}?rule={api_pk}&key={CLIENT}").content.decode(),
+    ]
+
+
+def test_a_rule_editor_without_override_permissions_may_block_but_not_exempt(
+    django_user_model: Any,
+) -> None:
+    api = rule("api", "/api/", 1)
+    rejected_once()
+    editor = user_with(django_user_model, "editor", *RULE_EDITOR)
+    for page in pages(editor, api.pk):
+        assert "throttle-block" in page
+        assert not any(name in page for name in OVERRIDE_FORMS)
+    for what, extra in (("exempt", {}), ("limit", {"limit": 1_000_000})):
+        assert editor.post(KEY, action(api.pk, what, **extra)).status_code == 403
+    assert not Override.objects.exists()
+    assert not LogEntry.objects.exists()
+    assert editor.post(KEY, action(api.pk, "block", seconds=900)).status_code == 302
+
+
+def test_making_an_override_takes_add_and_replacing_it_change(django_user_model: Any) -> None:
+    api = rule("api", "/api/", 1)
+    rejected_once()
+    adder = user_with(django_user_model, "adder", *RULE_EDITOR, "django_throttle.add_override")
+    for page in pages(adder, api.pk):
+        assert all(name in page for name in OVERRIDE_FORMS)
+    assert adder.post(KEY, action(api.pk, "exempt")).status_code == 302
+    assert Override.objects.get(rule=api, key=CLIENT).exempt
+    # The client has an override now: replacing it is a change, which this user may not make.
+    for page in pages(adder, api.pk):
+        assert not any(name in page for name in OVERRIDE_FORMS)
+    assert adder.post(KEY, action(api.pk, "limit", limit=1_000_000)).status_code == 403
+    override = Override.objects.get(rule=api, key=CLIENT)
+    assert (override.exempt, override.limit) == (True, None)
+
+    changer = user_with(
+        django_user_model, "changer", *RULE_EDITOR, "django_throttle.change_override"
+    )
+    for page in pages(changer, api.pk):
+        assert all(name in page for name in OVERRIDE_FORMS)
+    assert changer.post(KEY, action(api.pk, "limit", limit=7)).status_code == 302
+    override = Override.objects.get(rule=api, key=CLIENT)
+    assert (override.exempt, override.limit) == (False, 7)
+
+
 def test_actions_need_a_csrf_token(admin_user: Any) -> None:
     api = rule("api", "/api/", 5)
     browser = Client(enforce_csrf_checks=True)

@@ -10,8 +10,10 @@ from urllib.parse import urlencode
 from django import forms
 from django.contrib import messages
 from django.contrib.admin.models import ADDITION, CHANGE, LogEntry
+from django.contrib.auth import get_permission_codename
 from django.contrib.contenttypes.models import ContentType
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db.models import Model
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 from django.utils import timezone
@@ -80,9 +82,22 @@ class ActionForm(forms.Form):
         return data
 
 
+def may(request: HttpRequest, action: str, model: type[Model]) -> bool:
+    """Whether the user holds the admin's permission ``action`` (add, change, delete, view)
+    on ``model``: what the model's own admin pages ask of him."""
+    opts = model._meta
+    return request.user.has_perm(f"{opts.app_label}.{get_permission_codename(action, opts)}")
+
+
+def may_override(request: HttpRequest, exists: bool) -> bool:
+    """Whether the user may make the client's override (add) or replace the one it has
+    (change), as the Override admin and the rule's inline let him."""
+    return may(request, "change" if exists else "add", Override)
+
+
 def act(request: HttpRequest) -> HttpResponse:
-    """Do what the POST asks (the caller has checked the permission), say so, log it and go
-    back where the form was."""
+    """Do what the POST asks (the caller has checked the permission to change rules; an
+    override's own is checked here), say so, log it and go back where the form was."""
     form = ActionForm(request.POST)
     if not form.is_valid():
         errors = form.non_field_errors() or [_("Choose a rule and a key to reset.")]
@@ -160,6 +175,8 @@ def _override(
     expires_at = None if seconds is None else timezone.now() + timedelta(seconds=seconds)
     override = Override.objects.filter(rule=rule, key=Override.keyed(key)).first()
     created = override is None
+    if not may_override(request, exists=not created):
+        raise PermissionDenied
     if override is None:
         override = Override(rule=rule, key=key)
     override.exempt = exempt

@@ -6,9 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
-from django.contrib.admin.widgets import AutocompleteSelect
+from django.contrib.admin.widgets import AutocompleteSelect, AutocompleteSelectMultiple
 from django.core.exceptions import ValidationError
 from django.db import connections, models, router
+from django.urls import reverse
+from django.utils.translation import gettext
 
 
 def usable_pk(model: type[models.Model], value: object) -> bool:
@@ -73,3 +75,41 @@ class IdAutocompleteSelect(AutocompleteSelect):
     def optgroups(self, name: str, value: Any, attr: Any = None) -> Any:
         model = self.field.remote_field.model
         return super().optgroups(name, [v for v in value if v and usable_pk(model, v)], attr)
+
+
+# -- rules picked by a search: pages that do not grow with the rule table -----------------------
+
+RULES_URL = "%s:django_throttle_dashboard_rules"
+
+
+class RuleSearch(AutocompleteSelectMultiple):
+    """Rules picked by a search of their name or scope (the admin's select2, vendored in
+    Django, served from the dashboard's own list of rules, which asks only the dashboard's
+    permission): the page holds the chosen rules only, never the whole table."""
+
+    def get_url(self) -> str:
+        return reverse(RULES_URL % self.admin_site.name)
+
+    def optgroups(self, name: str, value: Any, attr: Any = None) -> Any:
+        model = self.field.remote_field.model
+        return super().optgroups(name, [v for v in value if v and usable_pk(model, v)], attr)
+
+
+class RuleNameSearch(AutocompleteSelect):
+    """One rule by its name (the dashboard's filter, which also takes names the table no
+    longer has, or a scope's code defaults), picked by a search: the page holds the chosen
+    name only."""
+
+    def get_url(self) -> str:
+        return reverse(RULES_URL % self.admin_site.name) + "?by=name"
+
+    def build_attrs(self, base_attrs: Any, extra_attrs: Any = None) -> Any:
+        attrs = super().build_attrs(base_attrs, extra_attrs)
+        attrs["data-placeholder"] = gettext("All rules")
+        return attrs
+
+    def optgroups(self, name: str, value: Any, attr: Any = None) -> Any:
+        chosen = [str(v) for v in value if v]
+        options = [self.create_option(name, "", "", not chosen, 0)]
+        options += [self.create_option(name, v, v, True, i) for i, v in enumerate(chosen, 1)]
+        return [(None, options, 0)]

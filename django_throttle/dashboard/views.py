@@ -28,16 +28,16 @@ from ..choices import KeyKind
 from ..compiled import CompiledRule, with_overrides
 from ..conf import conf
 from ..engine import inspect, rule_for
-from ..models import Dashboard, Rule
+from ..models import Dashboard, Override, Rule
 from ..rates import describe
 from ..rejection_log import REJECT, SHADOW, UNAVAILABLE, collect, is_complete
 from ..rejection_log.database import as_datetime
 from ..rules import compile_rule, default_scopes, defaults_of
 from ..store import Result, get_store
 from ..store.errors import STORE_ERRORS
-from .actions import BLOCK_TIMES, EXPIRY_TIMES, act
+from .actions import BLOCK_TIMES, EXPIRY_TIMES, act, may_override
 from .chart import chart_svg, legend
-from .fields import IdsField
+from .fields import IdsField, RuleNameSearch, RuleSearch
 from .queries import DEFAULT_PERIOD, PERIODS, dashboard_data
 
 logger = logging.getLogger("django_throttle")
@@ -52,12 +52,31 @@ else:
 # -- forms --------------------------------------------------------------------------------
 
 
+RULES_PER_PAGE = 20  # a page of the pickers' search, as the admin's autocomplete pages
+MAX_RULES_PAGE = 100_000  # past any table's end; an offset the database can always bind
+
+
+def _rule_field() -> Any:
+    # The pickers' widgets take a relation to Rule; the override's is one that always exists.
+    return Override._meta.get_field("rule")
+
+
+class FilterForm(forms.Form):
+    """The dashboard's filter: one rule by name (a search) or all."""
+
+    rule = forms.CharField(
+        label=_("Rule"),
+        required=False,
+        widget=RuleNameSearch(_rule_field(), admin.site),
+    )
+
+
 class KeyForm(forms.Form):
     rule = IdsField(
         queryset=Rule.objects.all(),
         label=_("Rules"),
         required=False,
-        widget=forms.SelectMultiple(attrs={"size": 6}),
+        widget=RuleSearch(_rule_field(), admin.site),
     )
     scope = forms.ChoiceField(
         label=_("Code defaults of the scope"),
@@ -132,6 +151,11 @@ class DashboardAdmin(_DashboardModelAdmin):
                 "data/", self.admin_site.admin_view(self.data_view), name="{}_{}_data".format(*info)
             ),
             path("key/", self.admin_site.admin_view(self.key_view), name="{}_{}_key".format(*info)),
+            path(
+                "rules/",
+                self.admin_site.admin_view(self.rules_view),
+                name="{}_{}_rules".format(*info),
+            ),
             *super().get_urls(),
         ]
 
@@ -161,16 +185,16 @@ class DashboardAdmin(_DashboardModelAdmin):
         rule, period = self._filters(request)
         collect_counts()
         data = dashboard_data(rule, period, store_now())
-        rule_ids = dict(Rule.objects.values_list("name", "pk"))
-        names = sorted(
-            set(rule_ids) | {t["rule"] for t in data["totals"]} | ({rule} if rule else set())
-        )
+        # The rules the rows name, not the table: the page's size and time do not grow with it.
+        named = {row["rule"] for row in [*data["top_keys"], *data["recent"]]}
+        rule_ids = dict(Rule.objects.filter(name__in=named).values_list("name", "pk"))
         usernames = _usernames([*data["top_keys"], *data["recent"]])
         for row in [*data["top_keys"], *data["recent"]]:
             row["client"] = row["display"]
             if row["display"] in usernames:
                 row["client"] = f"{row['display']} ({usernames[row['display']]})"
             _target(row, rule_ids)
+        _offer_overrides(request, data["top_keys"])
         for row in data["recent"]:
             row["action_label"] = ACTION_LABELS[row["action"]]
         periods = [
@@ -181,6 +205,8 @@ class DashboardAdmin(_DashboardModelAdmin):
             )
             for name, spec in PERIODS.items()
         ]
+        filter_form = FilterForm(initial={"rule": rule}, auto_id="id_filter_%s")
+        key_form = KeyForm()
         context = self._context(
             request,
             _("Rate-limiting dashboard"),
@@ -188,7 +214,8 @@ class DashboardAdmin(_DashboardModelAdmin):
             chart=chart_svg(data, PERIODS[period].tick_format),
             legend=legend(data),
             rule=rule,
-            rule_names=names,
+            filter_form=filter_form,
+            media=filter_form.media + key_form.media,
             period=period,
             period_label=PERIODS[period].label,
             periods=periods,
@@ -196,7 +223,7 @@ class DashboardAdmin(_DashboardModelAdmin):
             data_url=reverse("admin:django_throttle_dashboard_data")
             + "?"
             + urlencode({k: v for k, v in (("rule", rule), ("period", period)) if v}),
-            key_form=KeyForm(),
+            key_form=key_form,
             can_act=self.can_reset(request),
             here=request.get_full_path(),
             block_times=BLOCK_TIMES,
@@ -224,11 +251,13 @@ class DashboardAdmin(_DashboardModelAdmin):
         states = []
         if form.is_bound and form.is_valid():
             states = _states(list(form.cleaned_data["rule"]), form.cleaned_data["key"])
+            _offer_overrides_on(request, states, form.cleaned_data["key"])
             states += _default_states(form.cleaned_data["scope"], form.cleaned_data["key"])
         context = self._context(
             request,
             _("Inspect a client key"),
             form=form,
+            media=form.media,
             key=form.cleaned_data["key"] if form.is_bound and form.is_valid() else "",
             states=states,
             can_reset=self.can_reset(request),
@@ -237,6 +266,40 @@ class DashboardAdmin(_DashboardModelAdmin):
             expiry_times=EXPIRY_TIMES,
         )
         return TemplateResponse(request, "admin/django_throttle/dashboard_key.html", context)
+
+    def rules_view(self, request: HttpRequest) -> JsonResponse:
+        """The rules whose name or scope holds ``term`` (the Rule admin's search_fields), a
+        page at a time, in select2's format, for the pages' pickers: ids as values, or names
+        with ``by=name`` (then a scope's code defaults too). It asks what the pages ask (the
+        dashboard's view permission), not the Rule admin's."""
+        self._require_view(request)
+        term = request.GET.get("term", "")
+        try:
+            page = min(max(int(request.GET.get("page") or 1), 1), MAX_RULES_PAGE)
+        except ValueError:
+            page = 1
+        by_name = request.GET.get("by") == "name"
+        rules, _distinct = self.admin_site.get_model_admin(Rule).get_search_results(
+            request, Rule.objects.order_by("name", "pk"), term
+        )
+        start = (page - 1) * RULES_PER_PAGE
+        found = list(rules[start : start + RULES_PER_PAGE + 1])  # one more: is there a next?
+        results = [
+            {
+                "id": rule.name if by_name else str(rule.pk),
+                "text": rule.name if by_name else str(rule),
+            }
+            for rule in found[:RULES_PER_PAGE]
+        ]
+        if by_name and page == 1:
+            names = {result["id"] for result in results}
+            results += [
+                {"id": scope, "text": gettext("%(scope)s (code default)") % {"scope": scope}}
+                for scope in default_scopes()
+                if term.casefold() in scope.casefold() and scope not in names
+            ]
+        more = len(found) > RULES_PER_PAGE
+        return JsonResponse({"results": results, "pagination": {"more": more}})
 
 
 def _target(row: dict[str, Any], rule_ids: Mapping[str, int]) -> None:
@@ -256,6 +319,34 @@ def _target(row: dict[str, Any], rule_ids: Mapping[str, int]) -> None:
         return  # a rule deleted since
     query = urlencode({**where, "key": row["display"]})
     row["inspect_url"] = reverse("admin:django_throttle_dashboard_key") + "?" + query
+
+
+def _offer_overrides(request: HttpRequest, rows: list[dict[str, Any]]) -> None:
+    """``can_override`` on each row: whether the user may exempt its client or give it its
+    own limit, which makes (add) or replaces (change) its override; one query for the page."""
+    wanted = {(row["rule_pk"], Override.keyed(row["display"])) for row in rows if row["rule_pk"]}
+    existing: set[tuple[int, str]] = set()
+    if wanted:
+        pairs = Override.objects.filter(
+            rule_id__in={pk for pk, _ in wanted}, key__in={key for _, key in wanted}
+        ).values_list("rule_id", "key")
+        existing = set(pairs) & wanted
+    for row in rows:
+        exists = (row["rule_pk"], Override.keyed(row["display"])) in existing
+        row["can_override"] = bool(row["rule_pk"]) and may_override(request, exists)
+
+
+def _offer_overrides_on(request: HttpRequest, states: list[KeyState], key: str) -> None:
+    """``can_override`` on each rule's state of the key page, as for the dashboard's rows."""
+    rules = [state.rule.pk for state in states if state.rule.pk is not None]
+    existing = set(
+        Override.objects.filter(rule_id__in=rules, key=Override.keyed(key)).values_list(
+            "rule_id", flat=True
+        )
+    )
+    for state in states:
+        if state.rule.pk is not None:
+            state.can_override = may_override(request, state.rule.pk in existing)
 
 
 def store_now() -> datetime | None:
@@ -312,6 +403,7 @@ class KeyState:
     blocked: bool = False
     error: str | None = None
     warning: str | None = None
+    can_override: bool = False  # the user may exempt the client or give it its own limit
 
     def show(self, rule: CompiledRule, result: Result) -> None:
         """What the store says of the client under ``rule`` (as applied to it)."""

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib.auth.models import Group
+from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import ValidationError
 from django.db import connections, models, router, transaction
 from django.utils import timezone
@@ -502,12 +503,42 @@ def _clause(sentence: str) -> str:
     return sentence[:-1] if sentence.endswith(".") and not sentence.endswith("..") else sentence
 
 
+# pg_advisory_xact_lock's key for writing imports: any 64-bit number no other code takes.
+IMPORT_LOCK = 0x7468725F696D7074  # "thr_impt"
+
+
+def hold_rules() -> None:
+    """Wait for, then hold until the transaction under way ends, the lock an import takes
+    before it reads the rules when it will write: two imports applied at once run one after
+    the other, and the second reads what the first wrote (its plan then differs from its
+    preview's), instead of both creating one name (IntegrityError) or, on SQLite, both
+    reading and then wanting to write ("database is locked")."""
+    db = connections[router.db_for_write(Rule)]
+    quote = db.ops.quote_name
+    with db.cursor() as cursor:
+        if db.vendor == "postgresql":
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [IMPORT_LOCK])
+        elif db.vendor == "sqlite":
+            # A write, even of no row, takes SQLite's one write lock now; the next import's
+            # own waits here (the connection's timeout) until this transaction ends.
+            key = Rule._meta.pk
+            assert key is not None
+            table, pk = quote(Rule._meta.db_table), quote(str(key.column))
+            cursor.execute(f"UPDATE {table} SET {pk} = {pk} WHERE 1 = 0")
+        else:
+            # A row every database with the app has, locked as a row lock: the Rule's
+            # content type (stable: nothing writes it).
+            rule_type = ContentType.objects.get_for_model(Rule, for_concrete_model=False)
+            list(ContentType.objects.select_for_update().filter(pk=rule_type.pk))
+
+
 def import_rules(data: dict[str, Any], *, prune: bool, dry_run: bool) -> Plan:
     """Validate every rule as the admin does; write all of them or nothing.
 
     The table is read in a few queries and compared in memory: only what changed is
     written, in bulk, in one transaction, announced once. A dry run, or a file that changes
-    nothing, writes nothing."""
+    nothing, writes nothing. A caller that may run at the same time as another import (the
+    admin's apply step) calls hold_rules() first, in its transaction."""
     plan = Plan()
     seen: set[str] = set()
     entries = []
