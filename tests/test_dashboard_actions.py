@@ -483,3 +483,16 @@ def test_a_block_outlives_an_algorithm_or_limit_change_but_not_a_rename(
     assert blocked()
     change(name="login-renamed")
     assert not blocked()
+
+
+def test_a_message_ends_in_one_full_stop_when_the_time_has_its_own(
+    admin_client: Any, settings: Any
+) -> None:
+    """English dates end in "a.m." or "p.m.": the message adds no second full stop."""
+    settings.DATETIME_FORMAT = "N j, Y, P"  # Django's English format: "6:30 a.m."
+    settings.USE_I18N = False  # the format above, not the locale's
+    api = rule("api", "/api/", 1, algorithm="fixed_window", unit="hour")
+    response = admin_client.post(KEY, action(api.pk, "exempt", expires=3600), follow=True)
+    texts = [str(m) for m in response.context["messages"]]
+    assert texts and all(not text.endswith("..") for text in texts), texts
+    assert any(text.endswith((".m.", "noon.", "midnight.")) for text in texts), texts

@@ -202,7 +202,8 @@ def _override(
     if expires_at is not None:
         local = timezone.localtime(expires_at) if timezone.is_aware(expires_at) else expires_at
         until = str(_(" until %(t)s") % {"t": date_format(local, "DATETIME_FORMAT")})
-    message = f"{what}{until}."
+    # A date format may end in a full stop of its own ("6:30 a.m."): one is enough.
+    message = f"{what}{until}" if until.endswith(".") else f"{what}{until}."
     LogEntry.objects.log_actions(
         user_id=_user_id(request),
         queryset=[override],
