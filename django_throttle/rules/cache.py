@@ -77,12 +77,12 @@ class DatabaseVersion:
         """Nothing to do: the memory store's clients are this process's only."""
 
 
-# The columns compile_rule reads, in the order of _Row's slots ("id": the primary key).
-_COLUMNS = (
-    "id",
-    "name",
+# What a rule does: its columns but its name, whether it is enabled and its dates, in the
+# order a rule file writes them (management/rulefiles.py).
+RULE_SETTINGS = (
     "scope",
     "methods",
+    "count_statuses",
     "key_kind",
     "key_arg",
     "limit",
@@ -90,14 +90,15 @@ _COLUMNS = (
     "unit",
     "algorithm",
     "burst",
+    "block_seconds",
     "action",
     "fail_mode",
-    "block_seconds",
     "applies_to",
     "exempt_staff",
     "exempt_networks",
-    "count_statuses",
 )
+# The columns compile_rule reads, in the order of _Row's slots ("id": the primary key).
+_COLUMNS = ("id", "name", *RULE_SETTINGS)
 
 
 class _Row:
