@@ -127,6 +127,10 @@ class Instruments:
         self._children: dict[tuple[Counter | str, ...], Counter] = {}
         self.state_lock = threading.Lock()
 
+    def show_available(self, available: Callable[[], bool]) -> None:
+        with self.state_lock:
+            self.store_available.set(1 if available() else 0)
+
     def count(self, counter: Counter, *labels: str) -> None:
         key: tuple[Counter | str, ...] = (counter, *labels)
         child = self._children.get(key)
@@ -268,6 +272,17 @@ def _recording() -> Instruments | None:
     return part.instruments if part.on else None
 
 
+def _record(write: Callable[[Instruments], object]) -> None:
+    """Call ``write`` with the instruments while metrics are recorded; a failure is said once."""
+    m = _recording()
+    if m is None:
+        return
+    try:
+        write(m)
+    except Exception:
+        _failure()
+
+
 def _failure() -> None:
     # A full disk under PROMETHEUS_MULTIPROC_DIR, say: said once, and the request goes on.
     part = current.runtime.part(Metrics)
@@ -321,30 +336,19 @@ def store_observed(part: Metrics, seconds: float) -> None:
 def store_state(available: Callable[[], bool]) -> None:
     """Show the breaker's state. ``available`` is read under a lock, so that of concurrent
     updates the last one shows the newest state."""
-    m = _recording()
-    if m is None:
-        return
-    try:
-        with m.state_lock:
-            m.store_available.set(1 if available() else 0)
-    except Exception:
-        _failure()
+    _record(lambda m: m.show_available(available))
 
 
 def fallback_decided(results: Iterable[ResultLike]) -> None:
     """Count rule results the local fallback decided (they are counted as decisions too)."""
-    m = _recording()
-    if m is None:
-        return
-    try:
-        m.count_results(m.fallback_decisions, results)
-    except Exception:
-        _failure()
+    _record(lambda m: m.count_results(m.fallback_decisions, results))
 
 
 def block_cache_hit(rule_name: str) -> None:
     """Count a rejection the block cache decided without calling the store."""
-    m = _recording()
+    # _recording() and _record() inlined: this is on the decision's path.
+    part = current.runtime.part(Metrics)
+    m = part.instruments if part.on else None
     if m is None:
         return
     try:
@@ -355,10 +359,4 @@ def block_cache_hit(rule_name: str) -> None:
 
 def log_flushed(ok: bool) -> None:
     """Count a write of the rejection log to the database, done or failed."""
-    m = _recording()
-    if m is None:
-        return
-    try:
-        m.count(m.log_flushes, FLUSH_OK if ok else FLUSH_ERROR)
-    except Exception:
-        _failure()
+    _record(lambda m: m.count(m.log_flushes, FLUSH_OK if ok else FLUSH_ERROR))

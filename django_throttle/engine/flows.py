@@ -28,16 +28,10 @@ _CONCURRENCY = str(Algorithm.CONCURRENCY)
 
 
 def evaluate(
-    request: Any,
-    specs: Iterable[ScopeSpec] = (),
-    *,
-    paths: bool = False,
-    url_name: str | None = None,
-    cost: int | None = None,
-    dry_run: bool = False,
+    request: Any, specs: Iterable[ScopeSpec] = (), *, cost: int | None = None, dry_run: bool = False
 ) -> Decision:
     """Decide a request against what applies to it (sync)."""
-    gathered = gather(request, specs, paths=paths, url_name=url_name, cost=cost, dry_run=dry_run)
+    gathered = gather(request, specs, cost=cost, dry_run=dry_run)
     decision = gathered.early or decide(gathered.checks, dry_run, gathered.blocked)
     return settle(request, gathered, decision, dry_run)
 

@@ -20,28 +20,11 @@ from django.utils.translation import gettext as _
 
 from ..models import Override, Rule
 from ..networks import canonical_networks, parse_networks
+from ..rules import RULE_SETTINGS
 from ..signals import rules_written
 
 # The Rule fields a file carries, in the order they are written.
-FIELDS = (
-    "scope",
-    "methods",
-    "count_statuses",
-    "key_kind",
-    "key_arg",
-    "limit",
-    "per",
-    "unit",
-    "algorithm",
-    "burst",
-    "block_seconds",
-    "action",
-    "fail_mode",
-    "applies_to",
-    "exempt_staff",
-    "exempt_networks",
-    "enabled",
-)
+FIELDS = (*RULE_SETTINGS, "enabled")
 RELATED = ("groups", "exempt_groups", "overrides")
 INTEGERS = ("limit", "per", "burst", "block_seconds")
 BOOLEANS = ("exempt_staff", "enabled")

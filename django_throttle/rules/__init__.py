@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..compiled import CompiledRule, build_rule, compile_rule
 from .cache import (
+    RULE_SETTINGS,
     DatabaseVersion,
     RedisVersion,
     RuleCache,
@@ -18,6 +19,7 @@ from .ruleset import RuleSet
 from .selection import request_rules, scope_rules
 
 __all__ = (
+    "RULE_SETTINGS",
     "CompiledRule",
     "DatabaseVersion",
     "DefaultRule",

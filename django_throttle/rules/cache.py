@@ -77,12 +77,12 @@ class DatabaseVersion:
         """Nothing to do: the memory store's clients are this process's only."""
 
 
-# The columns compile_rule reads, in the order of _Row's slots ("id": the primary key).
-_COLUMNS = (
-    "id",
-    "name",
+# What a rule does: its columns but its name, whether it is enabled and its dates, in the
+# order a rule file writes them (management/rulefiles.py).
+RULE_SETTINGS = (
     "scope",
     "methods",
+    "count_statuses",
     "key_kind",
     "key_arg",
     "limit",
@@ -90,14 +90,15 @@ _COLUMNS = (
     "unit",
     "algorithm",
     "burst",
+    "block_seconds",
     "action",
     "fail_mode",
-    "block_seconds",
     "applies_to",
     "exempt_staff",
     "exempt_networks",
-    "count_statuses",
 )
+# The columns compile_rule reads, in the order of _Row's slots ("id": the primary key).
+_COLUMNS = ("id", "name", *RULE_SETTINGS)
 
 
 class _Row:
@@ -344,34 +345,12 @@ class RuleCache:
 
     def announce(self) -> None:
         """Tell the other processes that the rules changed; retried at each refresh until it works."""
-        try:
-            self.version.bump()
-        except Exception as exc:
-            if not self.bump_pending:
-                logger.error(
-                    "django_throttle: could not announce a rule change to other processes (%s); "
-                    "retrying at each refresh",
-                    exc,
-                )
-            self.bump_pending = True
-        else:
-            self.bump_pending = False
+        self.bump_pending = _announced(self.version.bump, self.bump_pending, "a rule change")
 
     def announce_blocks(self) -> None:
         """Tell the other processes to forget the rejections they remember; retried at each
         refresh until it works."""
-        try:
-            self.version.bump_blocks()
-        except Exception as exc:
-            if not self.blocks_pending:
-                logger.error(
-                    "django_throttle: could not announce a reset to other processes (%s); "
-                    "retrying at each refresh",
-                    exc,
-                )
-            self.blocks_pending = True
-        else:
-            self.blocks_pending = False
+        self.blocks_pending = _announced(self.version.bump_blocks, self.blocks_pending, "a reset")
 
     def forget(self, state_keys: Iterable[str]) -> None:
         """Drop these clients (state prefix + identity) from this process's block cache."""
@@ -413,6 +392,23 @@ def _carry_blocks(old: RuleSet, new: RuleSet) -> None:
         rule = before.get(prefix)
         if rule is None or after.get(prefix) is rule:
             new.blocked[key] = entry
+
+
+def _announced(bump: Callable[[], None], pending: bool, what: str) -> bool:
+    """Call ``bump``; whether the announcement of ``what`` is still pending (an error is
+    logged once, not at each retry)."""
+    try:
+        bump()
+    except Exception as exc:
+        if not pending:
+            logger.error(
+                "django_throttle: could not announce %s to other processes (%s); "
+                "retrying at each refresh",
+                what,
+                exc,
+            )
+        return True
+    return False
 
 
 def rule_cache() -> RuleCache:

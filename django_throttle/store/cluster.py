@@ -5,9 +5,10 @@ before any reply is read, all or nothing across groups (docs/deploying.md, "Redi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from binascii import crc_hqx
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from inspect import signature
 from typing import Any
 
@@ -271,6 +272,19 @@ class _Cluster:
     def _refresh(self) -> Any:
         raise NotImplementedError
 
+    @contextlib.contextmanager
+    def _refreshing(self) -> Iterator[None]:
+        """Around reading the slot map (each store's _refresh): stale until it is read, then
+        the breakers of the nodes it names kept."""
+        self._stale = False
+        try:
+            yield
+        except BaseException:
+            self._stale = True
+            raise
+        self._suspect = None
+        self.node_breakers.keep(self.client.nodes_manager.nodes_cache)
+
     def _failed(self, exc: BaseException, slot: int) -> None:
         if not isinstance(exc, ResponseError) or not keeps(exc):
             self._stale = True  # a node gone or demoted: read the slot map before next time
@@ -421,15 +435,9 @@ class ClusterStore(_Cluster):
         self.client.close()
 
     def _refresh(self) -> None:
-        self._stale = False
-        manager = self.client.nodes_manager
-        try:
+        with self._refreshing():
+            manager = self.client.nodes_manager
             manager.initialize(**_refresh_kwargs(manager, self._suspect))
-        except BaseException:
-            self._stale = True
-            raise
-        self._suspect = None
-        self.node_breakers.keep(self.client.nodes_manager.nodes_cache)
 
     def _stack(self, node: Any) -> ConnectionStack:
         # By address: a refreshed slot map may bring new node objects for the same server.
@@ -641,19 +649,13 @@ class AsyncClusterStore(_Cluster):
         await self.client.aclose()
 
     async def _refresh(self) -> None:
-        self._stale = False
-        try:
+        with self._refreshing():
             if not self._ready:
                 await self.client.initialize()
                 self._ready = True
             else:
                 manager = self.client.nodes_manager
                 await manager.initialize(**_refresh_kwargs(manager, self._suspect))
-        except BaseException:
-            self._stale = True
-            raise
-        self._suspect = None
-        self.node_breakers.keep(self.client.nodes_manager.nodes_cache)
 
     def _stack(self, node: Any) -> AsyncStack:
         stack = self._stacks.get(node.name)

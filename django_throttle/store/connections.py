@@ -429,7 +429,7 @@ class LoopStack:
                 conn = idle.pop()
                 if await self._usable(conn):
                     if self._waiters and self._connecting < MAX_CONNECTING:
-                        self._wake()  # a waiter connects meanwhile
+                        self.give(None)  # a waiter connects meanwhile
                     return conn
             if self._connecting < MAX_CONNECTING:
                 return await self._connect_one()
@@ -450,10 +450,10 @@ class LoopStack:
             raise
         except BaseException:  # cancelled: the next waiter connects instead
             self._connecting -= 1
-            self._wake()
+            self.give(None)
             raise
         self._connecting -= 1
-        self._wake()  # the next connection is made while this one serves
+        self.give(None)  # the next connection is made while this one serves
         return conn
 
     async def _wait(self) -> Any:
@@ -464,30 +464,20 @@ class LoopStack:
         except asyncio.CancelledError:
             # Handed a connection (or the turn to connect) as it was cancelled: pass it on.
             if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
-                handed = waiter.result()
-                if handed is None:
-                    self._wake()
-                else:
-                    self.give(handed)
+                self.give(waiter.result())
             raise
 
-    def _wake(self) -> None:
-        """Let the first waiter connect."""
-        waiters = self._waiters
-        while waiters:
-            waiter = waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                return
-
     def give(self, conn: Any) -> None:
+        """Hand a connection to the first waiter, else keep it idle; None hands the first
+        waiter its turn to connect."""
         waiters = self._waiters
         while waiters:
             waiter = waiters.popleft()
             if not waiter.done():
                 waiter.set_result(conn)
                 return
-        self._idle.append(conn)
+        if conn is not None:
+            self._idle.append(conn)
 
     async def run_script(self, sha: str, source: str, *args: Any) -> Any:
         return await self.run_packed(("EVALSHA", sha, *args), source)
@@ -518,7 +508,7 @@ class LoopStack:
             idle, self._idle = self._idle, []
             for other in idle:
                 await self._close(other)
-        self._wake()  # it is not given back: a waiter connects instead
+        self.give(None)  # it is not given back: a waiter connects instead
 
     async def disconnect(self) -> None:
         idle, self._idle = self._idle, []

@@ -2,27 +2,21 @@
 
 from __future__ import annotations
 
-from argparse import ArgumentParser
 from datetime import datetime, timezone
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
-
 from django_throttle.engine import inspect, rule_for
+from django_throttle.management.scope_key import ScopeKeyCommand, no_rule
 from django_throttle.rules import get_rules, scope_rules
 
 
-class Command(BaseCommand):
+class Command(ScopeKeyCommand):
     help = "Show the state of a client key (ip:203.0.113.7, user:42, global) under a scope's rules."
-
-    def add_arguments(self, parser: ArgumentParser) -> None:
-        parser.add_argument("scope", help="The rules' scope, e.g. login or /api/.")
-        parser.add_argument("key", help="The client key, as the dashboard shows it.")
 
     def handle(self, *args: Any, scope: str, key: str, **options: Any) -> None:
         rules = scope_rules(get_rules(), scope)
         if not rules:
-            raise CommandError(f"No rule of scope {scope!r} is enabled (nor a code default).")
+            raise no_rule(scope)
         applied = []
         for rule in rules:
             own = rule_for(rule, key)  # as the engine applies it to this client
