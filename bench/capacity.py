@@ -21,6 +21,8 @@ from typing import Any
 import harness
 from script import ALGORITHMS, Rules, admitted
 
+from tests.redis_topology import cluster_port
+
 CONNECTIONS = 16  # web processes, each waiting for its reply before it sends again
 IDENTITIES = 10_000  # distinct clients the load goes round
 MASTERS = (1, 3, 6, 12, 24)
@@ -413,8 +415,6 @@ def spread(per_slot: Counter[int], masters: int) -> tuple[float, float]:
 
 def cluster_node() -> harness.RedisServer:
     """One cluster-enabled node holding every slot, pinned like the plain server."""
-    from topologies import cluster_port
-
     port = cluster_port(set())
     node = harness.RedisServer(
         cpu=harness.CPU,

@@ -1,4 +1,6 @@
-"""What the benchmarks share: redis-server, Django, requests, gunicorn, timing, tables, machine."""
+"""What the benchmarks share: redis-server, Django, requests, gunicorn, timing, tables, machine.
+The topologies (a primary with a replica, Sentinel, a cluster) are the tests' own:
+tests/redis_topology.py."""
 
 from __future__ import annotations
 
@@ -9,12 +11,9 @@ import http.client
 import math
 import os
 import platform
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -26,122 +25,29 @@ HOST = "127.0.0.1"
 HOUR = 3600
 
 
-# -- the redis-server -----------------------------------------------------------------------
+# -- the redis-server: the tests' own (tests/redis_server.py) --------------------------------
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
+# tests/ of this checkout, whatever PYTHONPATH puts first for django_throttle (bench/instructions.py
+# counts another checkout's): its redis-server and topologies are the bench's too.
+sys.path.insert(0, ROOT)
+from tests import redis_server  # noqa: E402
+from tests.redis_server import _free_port as free_port  # noqa: E402
+
+sys.path.remove(ROOT)
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
+class RedisServer(redis_server.RedisServer):
+    """The tests' redis-server (free loopback port, no RDB or AOF, killed, paused, started again
+    on the same port), pinned to ``cpu`` (``taskset -c``) if given, and a context manager."""
 
-
-def ping(port: int, timeout: float = 0.5) -> bool:
-    """PING over a bare socket: the load test's parent process imports no redis-py."""
-    try:
-        with socket.create_connection((HOST, port), timeout=timeout) as sock:
-            sock.sendall(b"*1\r\n$4\r\nPING\r\n")
-            return sock.recv(64).startswith(b"+PONG")
-    except OSError:
-        return False
-
-
-class RedisServer:
-    """A redis-server on a free loopback port, no RDB or AOF, in a temporary directory;
-    ``cpu`` pins it there (``taskset -c``). Killed, paused and started again on the same port.
-    ``args`` come after the defaults (a replica's, a cluster node's), ``config`` is the text of
-    a config file read first (a Sentinel needs one it can rewrite), ``port`` one chosen by the
-    caller (a cluster node needs port + 10000 free too)."""
-
-    def __init__(
-        self,
-        cpu: int | None = None,
-        *,
-        args: Sequence[str] = (),
-        config: str | None = None,
-        port: int | None = None,
-    ) -> None:
-        if shutil.which("redis-server") is None:
-            raise SystemExit("redis-server is not on PATH (apt-get install redis-server)")
+    def __init__(self, cpu: int | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self.cpu = cpu
-        self.args = list(args)
-        self.config = config
-        self.port = port or free_port()
-        self.dir = tempfile.mkdtemp(prefix="bench-redis-")
-        self.url = f"redis://{HOST}:{self.port}/0"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc else None
 
     def command(self) -> list[str]:
-        """The command line: the config file if any, the defaults, then ``args``."""
-        args = ["redis-server"]
-        if self.config is not None:
-            path = os.path.join(self.dir, "redis.conf")
-            if not os.path.exists(path):  # a restart reads what the server rewrote
-                with open(path, "w") as file:
-                    file.write(self.config)
-            args.append(path)
-        args += ["--port", str(self.port), "--bind", HOST, "--save", ""]
-        return [
-            *args,
-            "--appendonly",
-            "no",
-            "--dir",
-            self.dir,
-            "--logfile",
-            "redis.log",
-            *self.args,
-        ]
-
-    def start(self, timeout: float = 10.0) -> None:
-        args = self.command()
-        if self.cpu is not None:
-            args = ["taskset", "-c", str(self.cpu), *args]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + timeout
-        while not ping(self.port):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"redis-server did not answer on port {self.port}")
-            time.sleep(0.02)
-
-    def kill(self) -> None:
-        """SIGKILL, as a crash would; ``start()`` brings up a new, empty server."""
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
-            self.proc = None
-
-    def pause(self) -> None:
-        """SIGSTOP: connections stay open, nothing is answered (a hung server)."""
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        """SIGCONT, then wait until it answers again."""
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGCONT)
-        deadline = time.monotonic() + 10
-        while not ping(self.port) and time.monotonic() < deadline:
-            time.sleep(0.02)
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        self.proc.send_signal(signal.SIGCONT)  # a paused server cannot act on SIGTERM
-        self.proc.terminate()
-        try:
-            self.proc.wait(5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.proc = None
-
-    def close(self) -> None:
-        self.stop()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        args = super().command()
+        return args if self.cpu is None else ["taskset", "-c", str(self.cpu), *args]
 
     def __enter__(self) -> RedisServer:
         self.start()
@@ -420,8 +326,6 @@ def addresses(n: int, prefix: str = "198.18") -> list[str]:
 
 
 # -- the example project under gunicorn -------------------------------------------------------
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
 
 
 def project_env(workdir: str | os.PathLike[str], settings: str, redis_url: str) -> dict[str, str]:

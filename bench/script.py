@@ -274,8 +274,8 @@ class CallgrindServer(harness.RedisServer):
         super().start(timeout)
 
     def control(self, option: str) -> None:
-        assert self.proc is not None
-        subprocess.run(["callgrind_control", option, str(self.proc.pid)], capture_output=True)
+        assert self.process is not None
+        subprocess.run(["callgrind_control", option, str(self.process.pid)], capture_output=True)
 
     def counted(self) -> int:
         """The instructions counted since the last zeroing (dumped to a file, read back)."""
