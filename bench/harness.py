@@ -14,7 +14,6 @@ import platform
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -115,9 +114,6 @@ MIDDLEWARE = (
     "django.middleware.common.CommonMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
 )
-TEMPLATES = [  # the 429 and 503 pages
-    {"BACKEND": "django.template.backends.django.DjangoTemplates", "APP_DIRS": True}
-]
 
 
 def configure_site(redis_url: str, urlconf: str, **settings: Any) -> None:
@@ -132,32 +128,6 @@ def configure_site(redis_url: str, urlconf: str, **settings: Any) -> None:
         SESSION_ENGINE="django.contrib.sessions.backends.signed_cookies",
         **settings,
     )
-
-
-def configure_throttled(redis_url: str, urlconf: str, database: str, **settings: Any) -> None:
-    """configure_django() for requests through ThrottleMiddleware alone, its tables made, the
-    429 and 503 pages rendered, ``urlconf`` the ROOT_URLCONF."""
-    configure_django(
-        redis_url,
-        apps=["django_throttle"],
-        migrate=True,
-        database=database,
-        ROOT_URLCONF=urlconf,
-        MIDDLEWARE=[THROTTLE],
-        TEMPLATES=TEMPLATES,
-        **settings,
-    )
-
-
-def change_throttle(**values: Any) -> None:
-    """DJANGO_THROTTLE changed as override_settings changes it: with setting_changed sent, so
-    the package builds again what it made from the settings before (rules, store, caches)."""
-    from django.conf import settings
-    from django.core.signals import setting_changed
-
-    value = {**settings.DJANGO_THROTTLE, **values}
-    settings.DJANGO_THROTTLE = value
-    setting_changed.send(sender=None, setting="DJANGO_THROTTLE", value=value, enter=True)
 
 
 def plain_view() -> Callable[[Any], Any]:
@@ -186,99 +156,14 @@ def start_response(status: str, headers: Any, exc_info: Any = None) -> None:
     """What a WSGI server passes the app; the bench reads the response object instead."""
 
 
-def environ(path: str, address: str) -> dict[str, Any]:
-    """The WSGI environ of a GET of ``path`` from ``address``."""
-    from django.test import RequestFactory
-
-    return RequestFactory().get(path, REMOTE_ADDR=address).environ
-
-
-def environs(path: str, n: int, prefix: str = "198.18") -> list[dict[str, Any]]:
-    """WSGI environs of a GET of ``path`` from ``n`` client addresses."""
-    return [environ(path, a) for a in addresses(n, prefix)]
-
-
-def get(app: Any, env: dict[str, Any]) -> tuple[int, bool]:
-    """One request through a WSGI ``app``: its status, and whether it has Retry-After."""
-    response = app(dict(env), start_response)
-    try:
-        return response.status_code, response.has_header("Retry-After")
-    finally:
-        response.close()
-
-
-@dataclass(slots=True)
-class Answer:
-    path: str
-    client: str
-    sent: float  # seconds since the load started
-    received: float
-    status: int  # -1: no response (an exception reached the client thread)
-    retry_after: bool
-
-
-class Load:
-    """``threads`` threads sending requests through a WSGI ``app`` until the block ends, each
-    going round ``requests`` ((path, client, environ) each) and pausing ``pause`` s between."""
-
-    def __init__(
-        self,
-        app: Any,
-        requests: Sequence[tuple[str, str, dict[str, Any]]],
-        threads: int,
-        pause: float,
-    ) -> None:
-        self.app, self.requests, self.pause = app, requests, pause
-        self.answers: list[Answer] = []
-        self.errors: list[BaseException] = []
-        self.lock = threading.Lock()
-        self.stop = threading.Event()
-        self.t0 = time.perf_counter()
-        self.threads = [threading.Thread(target=self.worker, args=(k,)) for k in range(threads)]
-
-    def now(self) -> float:
-        return time.perf_counter() - self.t0
-
-    def at(self, offset: float) -> float:
-        """Sleep until ``offset`` s after the start; the time then."""
-        time.sleep(max(0.0, offset - self.now()))
-        return self.now()
-
-    def worker(self, k: int) -> None:
-        mine: list[Answer] = []
-        i = k * len(self.requests) // len(self.threads)
-        while not self.stop.is_set():
-            path, client, env = self.requests[i % len(self.requests)]
-            i += 1
-            sent, status, retry = self.now(), -1, False
-            try:
-                status, retry = get(self.app, env)
-            except Exception as exc:  # what the handler let through: reported
-                self.errors.append(exc)
-            mine.append(Answer(path, client, sent, self.now(), status, retry))
-            time.sleep(self.pause)
-        with self.lock:
-            self.answers.extend(mine)
-
-    def __enter__(self) -> Load:
-        self.t0 = time.perf_counter()
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join(30)
-        self.answers.sort(key=lambda a: a.sent)
-
-
 def request_case(
     name: str, app: Any, path: str, n: int = 1000, before: Callable[[], None] | None = None
 ) -> Case:
     """GETs of ``path`` from ``n`` clients through a WSGI ``app``, each answered 200;
     ``before`` runs untimed before each one."""
-    requests = environs(path, n)
+    from django.test import RequestFactory
+
+    requests = [RequestFactory().get(path, REMOTE_ADDR=a).environ for a in addresses(n)]
 
     def call(environ: dict[str, Any]) -> None:
         response = app(environ, start_response)

@@ -34,14 +34,7 @@ RATIO_TARGET = {
     "concurrency": 1.3,
 }
 UNIT = "µs"  # --instructions: "Ir", instructions per call
-ALGORITHMS = (  # in the order of issue 14
-    "fixed_window",
-    "sliding_window_counter",
-    "sliding_window_log",
-    "token_bucket",
-    "leaky_bucket",
-    "concurrency",
-)
+ALGORITHMS = tuple(RATIO_TARGET)  # in the order of issue 14
 
 # -- the minimal scripts ------------------------------------------------------------------------
 #
