@@ -8,9 +8,7 @@ import math
 import os
 import resource
 import select
-import shutil
 import socket
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -20,6 +18,8 @@ from typing import Any
 
 import harness
 from script import ALGORITHMS, Rules, admitted
+
+from tests.redis_topology import cluster_port
 
 CONNECTIONS = 16  # web processes, each waiting for its reply before it sends again
 IDENTITIES = 10_000  # distinct clients the load goes round
@@ -134,7 +134,6 @@ class Case:
     admitted: Callable[[Any], bool] | None = None  # None: any reply but an error
     counted: tuple[str, ...] = ("evalsha",)  # the commands of a call, one each (commandstats)
     lines: int = 0  # CRLFs in one reply: every reply of a case has the same shape
-    tag: str = ""  # the client's hash tag in the first request (redis-benchmark's key)
     turns: list[Turn] = field(default_factory=list)
 
     @property
@@ -270,43 +269,12 @@ def measure(port: int, admin: Any, cases: list[Case], rounds: int, seconds: floa
         check_admitted(port, case)
 
 
-def benchmark(port: int, admin: Any, case: Case, load_cpu: int, calls: int) -> Case:
-    """The same requests' first one sent by ``redis-benchmark`` (C; ``__rand_int__`` in a key
-    stands for the client: each occurrence gets a number of its own, so a check's state and
-    block keys name different clients, which one node does not mind)."""
-    template = case.requests[0]
-    args = parse(template)
-    assert args is not None
-    words = [w.decode() for w in args[0]]
-    if case.tag:
-        words = [w.replace(case.tag, "{__rand_int__}") for w in words]
-    out = Case(f"{case.name}, redis-benchmark", [])
-    admin.config_resetstat()
-    cpu0 = server_cpu(admin)
-    result = subprocess.run(
-        [
-            "taskset", "-c", str(load_cpu),
-            "redis-benchmark", "-h", harness.HOST, "-p", str(port),
-            "-c", str(CONNECTIONS), "-n", str(calls), "-r", str(IDENTITIES), "--csv", *words,
-        ],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    cpu = server_cpu(admin) - cpu0
-    evalsha = admin.info("commandstats")["cmdstat_evalsha"]
-    assert evalsha["calls"] == calls, (evalsha, result.stdout)
-    rps = float(result.stdout.strip().splitlines()[-1].split(",")[1].strip('"'))
-    # Its own clock, which starts once its connections are made.
-    out.turns.append(Turn(calls, calls / rps, cpu, 0.0, evalsha["usec"]))
-    return out
-
-
 # -- the cases ------------------------------------------------------------------------------
 
 
 def decide_case(rules: Rules, algorithm: str, n: int, addrs: list[str]) -> Case:
     """decide.lua with ``n`` checks of ``algorithm`` (rules of their own) for one client, the
     bytes the package sends (packed_decide)."""
-    from django_throttle.state_keys import client_tag
     from django_throttle.store import Check
     from django_throttle.store.redis import ServerClock, packed_decide
 
@@ -317,8 +285,7 @@ def decide_case(rules: Rules, algorithm: str, n: int, addrs: list[str]) -> Case:
         packed_decide([Check(r, f"ip:{a}") for r in made], False, clock, False) for a in addrs
     ]
     label = algorithm if n == 1 else f"{algorithm}, {n} checks"
-    tag = client_tag(f"ip:{addrs[0]}")
-    return Case(label, requests, admitted=admitted, tag=tag)
+    return Case(label, requests, admitted=admitted)
 
 
 def limits_source() -> tuple[str, str]:
@@ -413,8 +380,6 @@ def spread(per_slot: Counter[int], masters: int) -> tuple[float, float]:
 
 def cluster_node() -> harness.RedisServer:
     """One cluster-enabled node holding every slot, pinned like the plain server."""
-    from topologies import cluster_port
-
     port = cluster_port(set())
     node = harness.RedisServer(
         cpu=harness.CPU,
@@ -435,16 +400,8 @@ def cluster_node() -> harness.RedisServer:
     return node
 
 
-def run_on(
-    server: harness.RedisServer,
-    kind: str,
-    addrs: list[str],
-    rounds: int,
-    seconds: float,
-    load_cpu: int,
-) -> list[Case]:
-    """Every algorithm's case measured on ``server``; on the plain node, the reference rows
-    and redis-benchmark's too (as many calls as ours made in the same time)."""
+def run_on(server: Any, kind: str, addrs: list[str], rounds: int, seconds: float) -> list[Case]:
+    """Every algorithm's case measured on ``server``; on the plain node, the reference rows too."""
     import redis
 
     from django_throttle.store.redis import DECIDE_SHA, DECIDE_SOURCE
@@ -458,13 +415,6 @@ def run_on(
         if kind == "plain":
             cases += reference_cases(admin, addrs)
         measure(server.port, admin, cases, rounds, seconds)
-        if kind == "plain" and shutil.which("redis-benchmark") is None:
-            print("redis-benchmark is not on PATH: its rows are left out", file=sys.stderr)
-        elif kind == "plain":
-            floor = next(c for c in cases if c.name == "`return 1`")
-            for case in (floor, cases[0]):  # and the fixed window
-                calls = max(10_000, round(case.per_second * rounds * seconds, -3))
-                cases.append(benchmark(server.port, admin, case, load_cpu, int(calls)))
         return cases
     finally:
         admin.close()
@@ -505,7 +455,7 @@ def main() -> int:
                 server.start()
                 harness.configure_django(server.url)  # the key prefix, the store's settings
             os.sched_setaffinity(0, {load_cpu})
-            results[kind] = run_on(server, kind, addrs, rounds, seconds, load_cpu)
+            results[kind] = run_on(server, kind, addrs, rounds, seconds)
         finally:
             server.close()
 

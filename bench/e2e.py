@@ -1,4 +1,5 @@
-"""ThrottleMiddleware's cost per request (docs/benchmarks.md, "The middleware end to end")."""
+"""ThrottleMiddleware's cost per request (docs/benchmarks.md, "The middleware end to end"); with
+--metrics, what the Prometheus metrics add to it (docs/benchmarks.md, "Metrics on and off")."""
 
 from __future__ import annotations
 
@@ -75,13 +76,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="3 rounds x 500 requests")
     parser.add_argument("--memory", action="store_true", help="decide in process memory")
+    parser.add_argument("--metrics", action="store_true", help="1 rule, METRICS off and on")
     args = parser.parse_args()
     rounds, per_round = (3, 500) if args.quick else (7, 2000)
+    throttle: dict[str, Any] = {"BACKEND": "memory" if args.memory else "redis"}
+    if args.metrics:
+        throttle["METRICS"] = True
     with harness.RedisServer(cpu=harness.CPU) as server:
         harness.pin_client(harness.CPU)
-        harness.configure_site(
-            server.url, __name__, DJANGO_THROTTLE={"BACKEND": "memory" if args.memory else "redis"}
-        )
+        harness.configure_site(server.url, __name__, DJANGO_THROTTLE=throttle)
         urls()
         floor_calls(server.url)
         harness.create_rules(
@@ -100,7 +103,20 @@ def main() -> None:
                 MINIMAL_WINDOW, handler(False, f"{__name__}.MinimalWindowMiddleware"), "/p/"
             ),
         ]
-        harness.print_machine()
+        if args.metrics:  # the switch flipped before each request, untimed
+            from django_throttle import metrics
+
+            assert metrics.switch.on, "METRICS is on only with prometheus_client installed"
+            cases[2:] = [
+                harness.request_case(
+                    f"{ONE_RULE}, METRICS {state}",
+                    throttled,
+                    "/p/",
+                    before=lambda on=state == "on": setattr(metrics.switch, "on", on),
+                )
+                for state in ("off", "on")
+            ]
+        harness.print_machine("prometheus-client")
         harness.interleaved(cases, rounds, per_round, warmup=N_CLIENTS)
     backend = "in process memory" if args.memory else "Redis"
     print(f"\n## Middleware per request, deciding in {backend} ({rounds} x {per_round} each)\n")

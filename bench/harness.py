@@ -1,4 +1,6 @@
-"""What the benchmarks share: redis-server, Django, requests, gunicorn, timing, tables, machine."""
+"""What the benchmarks share: redis-server, Django, requests, gunicorn, timing, tables, machine.
+The topologies (a primary with a replica, Sentinel, a cluster) are the tests' own:
+tests/redis_topology.py."""
 
 from __future__ import annotations
 
@@ -9,13 +11,9 @@ import http.client
 import math
 import os
 import platform
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -26,122 +24,29 @@ HOST = "127.0.0.1"
 HOUR = 3600
 
 
-# -- the redis-server -----------------------------------------------------------------------
+# -- the redis-server: the tests' own (tests/redis_server.py) --------------------------------
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
+# tests/ of this checkout, whatever PYTHONPATH puts first for django_throttle (bench/instructions.py
+# counts another checkout's): its redis-server and topologies are the bench's too.
+sys.path.insert(0, ROOT)
+from tests import redis_server  # noqa: E402
+from tests.redis_server import _free_port as free_port  # noqa: E402
+
+sys.path.remove(ROOT)
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
+class RedisServer(redis_server.RedisServer):
+    """The tests' redis-server (free loopback port, no RDB or AOF, killed, paused, started again
+    on the same port), pinned to ``cpu`` (``taskset -c``) if given, and a context manager."""
 
-
-def ping(port: int, timeout: float = 0.5) -> bool:
-    """PING over a bare socket: the load test's parent process imports no redis-py."""
-    try:
-        with socket.create_connection((HOST, port), timeout=timeout) as sock:
-            sock.sendall(b"*1\r\n$4\r\nPING\r\n")
-            return sock.recv(64).startswith(b"+PONG")
-    except OSError:
-        return False
-
-
-class RedisServer:
-    """A redis-server on a free loopback port, no RDB or AOF, in a temporary directory;
-    ``cpu`` pins it there (``taskset -c``). Killed, paused and started again on the same port.
-    ``args`` come after the defaults (a replica's, a cluster node's), ``config`` is the text of
-    a config file read first (a Sentinel needs one it can rewrite), ``port`` one chosen by the
-    caller (a cluster node needs port + 10000 free too)."""
-
-    def __init__(
-        self,
-        cpu: int | None = None,
-        *,
-        args: Sequence[str] = (),
-        config: str | None = None,
-        port: int | None = None,
-    ) -> None:
-        if shutil.which("redis-server") is None:
-            raise SystemExit("redis-server is not on PATH (apt-get install redis-server)")
+    def __init__(self, cpu: int | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self.cpu = cpu
-        self.args = list(args)
-        self.config = config
-        self.port = port or free_port()
-        self.dir = tempfile.mkdtemp(prefix="bench-redis-")
-        self.url = f"redis://{HOST}:{self.port}/0"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc else None
 
     def command(self) -> list[str]:
-        """The command line: the config file if any, the defaults, then ``args``."""
-        args = ["redis-server"]
-        if self.config is not None:
-            path = os.path.join(self.dir, "redis.conf")
-            if not os.path.exists(path):  # a restart reads what the server rewrote
-                with open(path, "w") as file:
-                    file.write(self.config)
-            args.append(path)
-        args += ["--port", str(self.port), "--bind", HOST, "--save", ""]
-        return [
-            *args,
-            "--appendonly",
-            "no",
-            "--dir",
-            self.dir,
-            "--logfile",
-            "redis.log",
-            *self.args,
-        ]
-
-    def start(self, timeout: float = 10.0) -> None:
-        args = self.command()
-        if self.cpu is not None:
-            args = ["taskset", "-c", str(self.cpu), *args]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + timeout
-        while not ping(self.port):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"redis-server did not answer on port {self.port}")
-            time.sleep(0.02)
-
-    def kill(self) -> None:
-        """SIGKILL, as a crash would; ``start()`` brings up a new, empty server."""
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
-            self.proc = None
-
-    def pause(self) -> None:
-        """SIGSTOP: connections stay open, nothing is answered (a hung server)."""
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        """SIGCONT, then wait until it answers again."""
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGCONT)
-        deadline = time.monotonic() + 10
-        while not ping(self.port) and time.monotonic() < deadline:
-            time.sleep(0.02)
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        self.proc.send_signal(signal.SIGCONT)  # a paused server cannot act on SIGTERM
-        self.proc.terminate()
-        try:
-            self.proc.wait(5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.proc = None
-
-    def close(self) -> None:
-        self.stop()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        args = super().command()
+        return args if self.cpu is None else ["taskset", "-c", str(self.cpu), *args]
 
     def __enter__(self) -> RedisServer:
         self.start()
@@ -209,9 +114,6 @@ MIDDLEWARE = (
     "django.middleware.common.CommonMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
 )
-TEMPLATES = [  # the 429 and 503 pages
-    {"BACKEND": "django.template.backends.django.DjangoTemplates", "APP_DIRS": True}
-]
 
 
 def configure_site(redis_url: str, urlconf: str, **settings: Any) -> None:
@@ -226,32 +128,6 @@ def configure_site(redis_url: str, urlconf: str, **settings: Any) -> None:
         SESSION_ENGINE="django.contrib.sessions.backends.signed_cookies",
         **settings,
     )
-
-
-def configure_throttled(redis_url: str, urlconf: str, database: str, **settings: Any) -> None:
-    """configure_django() for requests through ThrottleMiddleware alone, its tables made, the
-    429 and 503 pages rendered, ``urlconf`` the ROOT_URLCONF."""
-    configure_django(
-        redis_url,
-        apps=["django_throttle"],
-        migrate=True,
-        database=database,
-        ROOT_URLCONF=urlconf,
-        MIDDLEWARE=[THROTTLE],
-        TEMPLATES=TEMPLATES,
-        **settings,
-    )
-
-
-def change_throttle(**values: Any) -> None:
-    """DJANGO_THROTTLE changed as override_settings changes it: with setting_changed sent, so
-    the package builds again what it made from the settings before (rules, store, caches)."""
-    from django.conf import settings
-    from django.core.signals import setting_changed
-
-    value = {**settings.DJANGO_THROTTLE, **values}
-    settings.DJANGO_THROTTLE = value
-    setting_changed.send(sender=None, setting="DJANGO_THROTTLE", value=value, enter=True)
 
 
 def plain_view() -> Callable[[Any], Any]:
@@ -280,99 +156,14 @@ def start_response(status: str, headers: Any, exc_info: Any = None) -> None:
     """What a WSGI server passes the app; the bench reads the response object instead."""
 
 
-def environ(path: str, address: str) -> dict[str, Any]:
-    """The WSGI environ of a GET of ``path`` from ``address``."""
-    from django.test import RequestFactory
-
-    return RequestFactory().get(path, REMOTE_ADDR=address).environ
-
-
-def environs(path: str, n: int, prefix: str = "198.18") -> list[dict[str, Any]]:
-    """WSGI environs of a GET of ``path`` from ``n`` client addresses."""
-    return [environ(path, a) for a in addresses(n, prefix)]
-
-
-def get(app: Any, env: dict[str, Any]) -> tuple[int, bool]:
-    """One request through a WSGI ``app``: its status, and whether it has Retry-After."""
-    response = app(dict(env), start_response)
-    try:
-        return response.status_code, response.has_header("Retry-After")
-    finally:
-        response.close()
-
-
-@dataclass(slots=True)
-class Answer:
-    path: str
-    client: str
-    sent: float  # seconds since the load started
-    received: float
-    status: int  # -1: no response (an exception reached the client thread)
-    retry_after: bool
-
-
-class Load:
-    """``threads`` threads sending requests through a WSGI ``app`` until the block ends, each
-    going round ``requests`` ((path, client, environ) each) and pausing ``pause`` s between."""
-
-    def __init__(
-        self,
-        app: Any,
-        requests: Sequence[tuple[str, str, dict[str, Any]]],
-        threads: int,
-        pause: float,
-    ) -> None:
-        self.app, self.requests, self.pause = app, requests, pause
-        self.answers: list[Answer] = []
-        self.errors: list[BaseException] = []
-        self.lock = threading.Lock()
-        self.stop = threading.Event()
-        self.t0 = time.perf_counter()
-        self.threads = [threading.Thread(target=self.worker, args=(k,)) for k in range(threads)]
-
-    def now(self) -> float:
-        return time.perf_counter() - self.t0
-
-    def at(self, offset: float) -> float:
-        """Sleep until ``offset`` s after the start; the time then."""
-        time.sleep(max(0.0, offset - self.now()))
-        return self.now()
-
-    def worker(self, k: int) -> None:
-        mine: list[Answer] = []
-        i = k * len(self.requests) // len(self.threads)
-        while not self.stop.is_set():
-            path, client, env = self.requests[i % len(self.requests)]
-            i += 1
-            sent, status, retry = self.now(), -1, False
-            try:
-                status, retry = get(self.app, env)
-            except Exception as exc:  # what the handler let through: reported
-                self.errors.append(exc)
-            mine.append(Answer(path, client, sent, self.now(), status, retry))
-            time.sleep(self.pause)
-        with self.lock:
-            self.answers.extend(mine)
-
-    def __enter__(self) -> Load:
-        self.t0 = time.perf_counter()
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join(30)
-        self.answers.sort(key=lambda a: a.sent)
-
-
 def request_case(
     name: str, app: Any, path: str, n: int = 1000, before: Callable[[], None] | None = None
 ) -> Case:
     """GETs of ``path`` from ``n`` clients through a WSGI ``app``, each answered 200;
     ``before`` runs untimed before each one."""
-    requests = environs(path, n)
+    from django.test import RequestFactory
+
+    requests = [RequestFactory().get(path, REMOTE_ADDR=a).environ for a in addresses(n)]
 
     def call(environ: dict[str, Any]) -> None:
         response = app(environ, start_response)
@@ -420,8 +211,6 @@ def addresses(n: int, prefix: str = "198.18") -> list[str]:
 
 
 # -- the example project under gunicorn -------------------------------------------------------
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
 
 
 def project_env(workdir: str | os.PathLike[str], settings: str, redis_url: str) -> dict[str, str]:

@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import harness
-import topologies
 from harness import HOST
+
+from tests.redis_topology import ClusterHarness, SentinelGroup, admin
 
 BREAKER_INTERVAL = 2.0
 INTERVAL, CLOSED_EVERY, HANG_MS = 0.05, 5, 1000.0
@@ -235,29 +236,29 @@ def stop(seconds: float) -> Callable[[Any, int, float], str | None]:
 
 
 def script_flush(redis: harness.RedisServer, port: int, until: float) -> None:
-    with topologies.admin(redis.port) as client:
+    with admin(redis.port) as client:
         client.script_flush()
 
 
-def sentinel_failover(group: topologies.SentinelGroup, port: int, until: float) -> None:
+def sentinel_failover(group: SentinelGroup, port: int, until: float) -> None:
     group.failover()
 
 
-def cluster_failover(cluster: topologies.Cluster, port: int, until: float) -> None:
+def cluster_failover(cluster: ClusterHarness, port: int, until: float) -> None:
     """CLUSTER FAILOVER on the replica of the first master; until every node agrees."""
     master = cluster.masters()[0].port
     for node in cluster.alive:
-        with topologies.admin(node.port) as client:
+        with admin(node.port) as client:
             if client.info("replication").get("master_port") == master:
                 client.execute_command("CLUSTER", "FAILOVER")
     cluster.wait_steady(without=master)
 
 
-def migrate_slots(cluster: topologies.Cluster, port: int, until: float) -> str:
+def migrate_slots(cluster: ClusterHarness, port: int, until: float) -> str:
     """Every slot holding a key on the first master moved to the second, one by one, with
     CLUSTER SETSLOT and MIGRATE, as redis-cli --cluster reshard moves them."""
     source, target, *others = cluster.masters()
-    with topologies.admin(source.port) as src, topologies.admin(target.port) as dst:
+    with admin(source.port) as src, admin(target.port) as dst:
         ids = [c.execute_command("CLUSTER", "MYID") for c in (src, dst)]
         slots = sorted({int(src.cluster("KEYSLOT", k)) for k in src.scan_iter(count=1000)})
         if not slots:
@@ -271,7 +272,7 @@ def migrate_slots(cluster: topologies.Cluster, port: int, until: float) -> str:
                     break
                 src.execute_command("MIGRATE", HOST, target.port, "", 0, 5000, "KEYS", *keys)
             for node in (target, source, *others):
-                with topologies.admin(node.port) as client:
+                with admin(node.port) as client:
                     client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", ids[1])
     cluster.wait_steady()
     return f"{len(slots[:200])} slots moved"
@@ -392,7 +393,7 @@ def topology(kind: str, plain: harness.RedisServer) -> Iterator[tuple[Any, dict[
     if kind == "single":
         yield plain, {"CACHES": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": plain.url}}
     elif kind == "sentinel":
-        with topologies.SentinelGroup() as group:
+        with SentinelGroup() as group:
             options = {
                 "CONNECTION_FACTORY": "django_redis.pool.SentinelConnectionFactory",
                 "SENTINELS": group.sentinels,
@@ -400,7 +401,7 @@ def topology(kind: str, plain: harness.RedisServer) -> Iterator[tuple[Any, dict[
             cache = {"BACKEND": "django_redis.cache.RedisCache", "OPTIONS": options}
             yield group, {"CACHES": {**cache, "LOCATION": f"redis://{group.service_name}/0"}}
     else:  # the cache stays on the single node; decisions go to the cluster
-        with topologies.Cluster() as cluster:
+        with ClusterHarness() as cluster:
             cache = {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": plain.url}
             yield cluster, {"CACHES": cache, "CLUSTER_URL": cluster.url}
 

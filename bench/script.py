@@ -34,14 +34,7 @@ RATIO_TARGET = {
     "concurrency": 1.3,
 }
 UNIT = "µs"  # --instructions: "Ir", instructions per call
-ALGORITHMS = (  # in the order of issue 14
-    "fixed_window",
-    "sliding_window_counter",
-    "sliding_window_log",
-    "token_bucket",
-    "leaky_bucket",
-    "concurrency",
-)
+ALGORITHMS = tuple(RATIO_TARGET)  # in the order of issue 14
 
 # -- the minimal scripts ------------------------------------------------------------------------
 #
@@ -274,8 +267,8 @@ class CallgrindServer(harness.RedisServer):
         super().start(timeout)
 
     def control(self, option: str) -> None:
-        assert self.proc is not None
-        subprocess.run(["callgrind_control", option, str(self.proc.pid)], capture_output=True)
+        assert self.process is not None
+        subprocess.run(["callgrind_control", option, str(self.process.pid)], capture_output=True)
 
     def counted(self) -> int:
         """The instructions counted since the last zeroing (dumped to a file, read back)."""

@@ -1,4 +1,5 @@
-"""A real redis-server for the tests: started on a free loopback port, stopped, paused, restarted."""
+"""A real redis-server for the tests and bench/: started on a free loopback port, stopped, paused,
+restarted."""
 
 from __future__ import annotations
 
@@ -79,8 +80,8 @@ class RedisServer:
     def config_file(self) -> str:
         return os.path.join(self.dir, "redis.conf")
 
-    def start(self, timeout: float = 10.0) -> None:
-        self._require_managed()
+    def command(self) -> list[str]:
+        """The command line: the config file if any, the defaults, then ``args``."""
         args = [self.binary]
         if self.config is not None:
             if not os.path.exists(self.config_file):
@@ -97,9 +98,12 @@ class RedisServer:
         ]  # fmt: skip
         if _server_version(self.binary) >= (7, 0):
             args += ["--enable-debug-command", "local"]  # DEBUG SLEEP, for fault tests
-        args += self.args
+        return args + self.args
+
+    def start(self, timeout: float = 10.0) -> None:
+        self._require_managed()
         self.process = subprocess.Popen(
-            args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.env
+            self.command(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.env
         )
         self.paused = False
         deadline = time.monotonic() + timeout

@@ -1,4 +1,5 @@
-"""Real Redis topologies for the tests: a TCP proxy, a replicated pair, Sentinel and a cluster.
+"""Real Redis topologies for the tests and bench/: a TCP proxy, a replicated pair, Sentinel and a
+cluster.
 
 Everything is a real process on 127.0.0.1 (no mocks): the behaviour under test is what Redis
 itself does on a failover, a switchover or a moved slot. Each harness starts in its constructor,
@@ -60,7 +61,7 @@ def _close_all() -> None:
 
 
 @contextmanager
-def _admin(port: int, timeout: float = 2.0) -> Iterator[redis.Redis]:
+def admin(port: int, timeout: float = 2.0) -> Iterator[redis.Redis]:
     """A short-lived client that fails at once (no retries) and decodes replies."""
     client = redis.Redis(
         host=HOST,
@@ -94,14 +95,14 @@ def _wait(condition: Callable[[], object], timeout: float, what: str, step: floa
 
 def _link_up(port: int) -> bool:
     """The replica on ``port`` is connected to its primary and has loaded its dataset."""
-    with _admin(port) as client:
+    with admin(port) as client:
         replication = client.info("replication")
         loading = client.info("persistence")["loading"]
     return replication.get("master_link_status") == "up" and loading == 0
 
 
 def _is_writable_master(port: int) -> bool:
-    with _admin(port) as client:
+    with admin(port) as client:
         role = client.execute_command("ROLE")[0]
         loading = client.info("persistence")["loading"]
     return bool(role == "master" and loading == 0)
@@ -109,7 +110,7 @@ def _is_writable_master(port: int) -> bool:
 
 def _master_of(sentinel_port: int, service_name: str) -> tuple[str, int]:
     """SENTINEL GET-MASTER-ADDR-BY-NAME on one Sentinel."""
-    with _admin(sentinel_port) as client:
+    with admin(sentinel_port) as client:
         reply: Any = client.sentinel_get_master_addr_by_name(service_name)
     if not reply:
         raise LookupError(f"the Sentinel on {sentinel_port} does not know {service_name}")
@@ -266,7 +267,7 @@ class ReplicatedRedis:
         """
         old, new = self.primary, self.replica
         started = time.monotonic()
-        with _admin(old.port) as old_client, _admin(new.port) as new_client:
+        with admin(old.port) as old_client, admin(new.port) as new_client:
             old_client.execute_command("CLIENT", "PAUSE", int(timeout * 1000), "WRITE")
             try:
                 offset = old_client.info("replication")["master_repl_offset"]
@@ -388,7 +389,7 @@ class SentinelGroup:
         """
         started = time.monotonic()
         old = self.master_address()
-        with _admin(self._first_sentinel().port) as client:
+        with admin(self._first_sentinel().port) as client:
 
             def begun() -> bool:
                 try:
@@ -437,7 +438,7 @@ class SentinelGroup:
     def _debug(self, name: str, value: int) -> None:
         """SENTINEL DEBUG (Redis 7.0+) on every Sentinel; older ones keep their timing."""
         for sentinel in self.sentinel_servers:
-            with _admin(sentinel.port) as client, suppress(redis.ResponseError):
+            with admin(sentinel.port) as client, suppress(redis.ResponseError):
                 client.execute_command("SENTINEL", "DEBUG", name, value)
 
     def _first_sentinel(self) -> RedisServer:
@@ -477,7 +478,7 @@ class SentinelGroup:
             return False
         name = self.service_name
         for sentinel in running:
-            with _admin(sentinel.port) as client:
+            with admin(sentinel.port) as client:
                 master = _pairs(client.execute_command("SENTINEL", "MASTER", name))
                 replicas = client.execute_command("SENTINEL", "REPLICAS", name)
                 others = client.execute_command("SENTINEL", "SENTINELS", name)
@@ -525,7 +526,7 @@ class _NodeLine:
 
 
 def _cluster_nodes(port: int) -> list[_NodeLine]:
-    with _admin(port) as client:
+    with admin(port) as client:
         text = client.execute_command("CLUSTER", "NODES")  # two words: no redis-py parsing
     nodes = []
     for line in str(text).splitlines():
@@ -544,14 +545,14 @@ def _cluster_nodes(port: int) -> list[_NodeLine]:
 
 
 def _cluster_info(port: int) -> dict[str, str]:
-    with _admin(port) as client:
+    with admin(port) as client:
         text = client.execute_command("CLUSTER", "INFO")
     return dict(line.split(":", 1) for line in str(text).splitlines() if ":" in line)
 
 
 def _slot_map(port: int) -> tuple[tuple[int, int, int], ...]:
     """(first slot, last slot, master port) of every slot range, as the node on ``port`` sees it."""
-    with _admin(port) as client:
+    with admin(port) as client:
         reply = client.execute_command("CLUSTER", "SLOTS")  # two words: no redis-py parsing
     return tuple(sorted((int(entry[0]), int(entry[1]), int(entry[2][1])) for entry in reply))
 
@@ -565,7 +566,7 @@ def _bindable(port: int) -> bool:
     return True
 
 
-def _cluster_port(taken: set[int]) -> int:
+def cluster_port(taken: set[int]) -> int:
     """A port p with p and its cluster bus port p + 10000 free and not in ``taken``.
 
     They are taken below the ephemeral range when there is room, so no client's outgoing
@@ -630,7 +631,7 @@ class ClusterHarness:
     def _start_node(self, taken: set[int]) -> RedisServer:
         """A started node; another port if something took this one since it was chosen."""
         for _ in range(5):
-            port = _cluster_port(taken)
+            port = cluster_port(taken)
             taken |= {port, port + 10000}
             node = RedisServer(
                 port=port,
@@ -690,14 +691,14 @@ class ClusterHarness:
         """DBSIZE of each current master."""
         sizes = {}
         for master in self.masters():
-            with _admin(master.port) as client:
+            with admin(master.port) as client:
                 sizes[master.port] = int(client.dbsize())
         return sizes
 
     def flushall(self) -> None:
         """Empty every master (their replicas follow)."""
         for master in self.masters():
-            with _admin(master.port) as client:
+            with admin(master.port) as client:
                 client.flushall()
 
     # -- faults
