@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 from http.client import HTTPConnection
 from io import StringIO
 from pathlib import Path
@@ -99,7 +100,8 @@ def rejections(env: dict[str, str]) -> int:
         check=True,
         stdout=subprocess.DEVNULL,
     )
-    with sqlite3.connect(env["DEMO_DATABASE"]) as database:
+    # closing(): sqlite3's own context manager commits but leaves the connection open.
+    with closing(sqlite3.connect(env["DEMO_DATABASE"])) as database:
         (count,) = database.execute(
             "SELECT COALESCE(SUM(count), 0) FROM django_throttle_rejection"
             " WHERE rule = 'login-failures' AND action = 'reject'"
