@@ -77,6 +77,45 @@ def serving(
             process.stderr.close()
 
 
+@contextmanager
+def demo_server(database_dir: Path) -> Iterator[tuple[int, dict[str, str]]]:
+    """`manage.py demo` (what scripts/demo runs) on a free port, its SQLite database in
+    ``database_dir``, its store the harness's Redis; yields the port once the demo answers,
+    and the environment it runs with."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "example_project.settings",
+        "DEMO_DATABASE": str(database_dir / "demo.sqlite3"),
+    }
+    assert env["REDIS_URL"]  # the harness's server: the demo's store is Redis, as in production
+    process = subprocess.Popen(
+        [sys.executable, "manage.py", "demo", f"127.0.0.1:{port}"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert process.poll() is None, "the demo exited"
+            connection = HTTPConnection("127.0.0.1", port, timeout=30)
+            try:
+                connection.request("GET", "/login/")
+                connection.getresponse().read()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the demo did not start"
+                time.sleep(0.2)
+            finally:
+                connection.close()
+        yield port, env
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
 def _wait_for(port: int, process: subprocess.Popen[bytes], within: float = 30.0) -> None:
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:

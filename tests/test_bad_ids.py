@@ -153,6 +153,12 @@ def test_rule_actions_on_a_bad_id(boss: Client, api: Any, bad: str, action: str)
     assert_answered(response, 200, 302)
 
 
+def rule_search(boss: Client, term: str) -> Any:
+    """The override form's rule search (the admin's autocomplete) for ``term``."""
+    query = {"app_label": "django_throttle", "model_name": "override", "field_name": "rule"}
+    return boss.get("/admin/autocomplete/", {**query, "term": term})
+
+
 @pytest.mark.parametrize("bad", BAD_IDS)
 def test_an_override_form_with_a_bad_rule_id(boss: Client, api: Any, bad: str) -> None:
     override = boss.post(
@@ -160,16 +166,7 @@ def test_an_override_form_with_a_bad_rule_id(boss: Client, api: Any, bad: str) -
     )
     assert_answered(override, 200)
     assert override.context["adminform"].form.errors["rule"]
-    autocomplete = boss.get(
-        "/admin/autocomplete/",
-        {
-            "app_label": "django_throttle",
-            "model_name": "override",
-            "field_name": "rule",
-            "term": bad,
-        },
-    )
-    assert_answered(autocomplete, 200)
+    assert_answered(rule_search(boss, bad), 200)
 
 
 @pytest.mark.parametrize("bad", BAD_IDS)
@@ -196,13 +193,3 @@ def test_a_rule_form_with_bad_group_ids(boss: Client, bad: str) -> None:
     assert_answered(response, 200)
     errors = response.context["adminform"].form.errors
     assert "groups" in errors and "exempt_groups" in errors
-    autocomplete = boss.get(
-        "/admin/autocomplete/",
-        {
-            "app_label": "django_throttle",
-            "model_name": "override",
-            "field_name": "rule",
-            "term": bad,
-        },
-    )
-    assert_answered(autocomplete, 200)

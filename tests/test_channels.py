@@ -5,12 +5,9 @@ ThrottledConsumerMixin, and a refused handshake over a real ASGI server."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,7 +30,7 @@ from django_throttle.rejection_log import flush
 from django_throttle.signals import request_throttled
 from tests.helpers import rule, run, where_gathered
 from tests.redis_server import RedisServer
-from tests.served import free_port, serving
+from tests.served import demo_server, serving
 from tests.traffic import database_kept_open
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -527,33 +524,8 @@ def test_uvicorn_answers_a_refused_handshake_with_429(settings: Any) -> None:
 def test_the_demo_serves_its_echo_under_the_demo_rules(tmp_path: Path) -> None:
     """`manage.py demo` (what scripts/demo runs) serves WebSockets with Daphne's runserver;
     the demo's echo-connect rule allows ten handshakes a minute per address."""
-    port = free_port()
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "example_project.settings",
-        "DEMO_DATABASE": str(tmp_path / "demo.sqlite3"),
-    }
-    root = Path(__file__).resolve().parent.parent
-    process = subprocess.Popen(
-        [sys.executable, "manage.py", "demo", f"127.0.0.1:{port}"],
-        cwd=root,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert process.poll() is None, "the demo exited"
-            try:
-                answers = [raw_handshake(port, "/ws/echo/") for _ in range(11)]
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "the demo did not start"
-                time.sleep(0.2)
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
+    with demo_server(tmp_path) as (port, _):
+        answers = [raw_handshake(port, "/ws/echo/") for _ in range(11)]
     assert [a.split(" ")[1] for a in answers] == ["101"] * 10 + ["403"]
 
 

@@ -3,7 +3,6 @@ the demo's seeded rules, the harness's Redis), driven over real sockets."""
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import subprocess
 import sys
@@ -21,7 +20,7 @@ import pytest
 from django.core.management import call_command
 
 from django_throttle.models import Rule
-from tests.served import free_port
+from tests.served import demo_server
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,34 +28,8 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture
 def demo(tmp_path: Path) -> Iterator[tuple[int, dict[str, str]]]:
     """The demo's port and environment (its own database in ``tmp_path``)."""
-    port = free_port()
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "example_project.settings",
-        "DEMO_DATABASE": str(tmp_path / "demo.sqlite3"),
-    }
-    assert env["REDIS_URL"]  # the harness's server: the demo's store is Redis, as in production
-    process = subprocess.Popen(
-        [sys.executable, "manage.py", "demo", f"127.0.0.1:{port}"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert process.poll() is None, "the demo exited"
-            try:
-                get(port, "/login/")
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "the demo did not start"
-                time.sleep(0.2)
-        yield port, env
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
+    with demo_server(tmp_path) as running:
+        yield running
 
 
 def get(port: int, path: str) -> tuple[int, str]:
