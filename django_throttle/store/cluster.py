@@ -12,8 +12,6 @@ from collections.abc import Iterator, Sequence
 from inspect import signature
 from typing import Any
 
-from redis.asyncio.retry import Retry as AsyncRetry
-from redis.backoff import NoBackoff
 from redis.crc import key_slot
 from redis.exceptions import (
     AskError,
@@ -47,9 +45,11 @@ from .redis import (
     block_input,
     decide_input,
     decision_kwargs,
+    no_async_retry,
     parse_reply,
     refund_input,
     unpacked,
+    untyped,
 )
 from .steps import Steps, adrive, drive
 
@@ -344,7 +344,7 @@ class _Cluster:
             except REDIRECTIONS_OF as again:
                 redirecting.add(target.name)
                 exc = again
-        raise Unsettled(f"the cluster's redirections did not settle ({exc})") from exc
+        raise untyped(Unsettled)(f"the cluster's redirections did not settle ({exc})") from exc
 
     def _script_on(
         self, node: Any, sha: str, source: str, args: list[Any], asking: bool
@@ -426,7 +426,7 @@ class ClusterStore(_Cluster):
     def from_url(cls, url: str) -> ClusterStore:
         from redis.cluster import RedisCluster
 
-        return cls(RedisCluster.from_url(url, **decision_kwargs()))
+        return cls(untyped(RedisCluster.from_url)(url, **decision_kwargs()))
 
     def close(self) -> None:
         stacks, self._stacks = list(self._stacks.values()), {}
@@ -639,7 +639,7 @@ class AsyncClusterStore(_Cluster):
         from redis.asyncio.cluster import RedisCluster
 
         kwargs = decision_kwargs()
-        kwargs["retry"] = AsyncRetry(NoBackoff(), 0)
+        kwargs["retry"] = no_async_retry()
         return cls(RedisCluster.from_url(url, **kwargs))
 
     async def aclose(self) -> None:
@@ -661,7 +661,7 @@ class AsyncClusterStore(_Cluster):
         stack = self._stacks.get(node.name)
         if stack is None:
             kwargs = decision_kwargs()
-            kwargs["retry"] = AsyncRetry(NoBackoff(), 0)
+            kwargs["retry"] = no_async_retry()
             stack = self._stacks[node.name] = async_stack(node, **kwargs)
         return stack
 

@@ -198,7 +198,7 @@ def decision_kwargs() -> dict[str, Any]:
     return {
         "socket_timeout": conf.TIMEOUT,
         "socket_connect_timeout": conf.CONNECT_TIMEOUT,
-        "retry": Retry(NoBackoff(), 0),
+        "retry": no_retry(),
         "decode_responses": False,  # decide.lua's reply is binary
     }
 
@@ -211,12 +211,23 @@ def _with_decision_timeouts(connection_kwargs: dict[str, Any]) -> dict[str, Any]
     return kwargs
 
 
-def _untyped(constructor: object) -> Any:
-    """A redis-py class called without its signature's types."""
-    # redis-py annotates its Sentinel classes from some release on (8.2 types Sentinel, not
-    # yet its pools); called through Any, mypy --strict passes on 5.0.1 and on the newest
-    # alike, where a `type: ignore` would be needed on one and "unused" on the other.
-    return constructor
+def untyped(function: object) -> Any:
+    """A redis-py callable called without its signature's types."""
+    # redis-py annotates more of itself release by release (8.2 types Sentinel, Retry and
+    # NoBackoff; 5.0.1 none of them); called through Any, mypy --strict passes on 5.0.1 and
+    # on the newest alike, where a `type: ignore` would be needed on one and "unused" on the
+    # other.
+    return function
+
+
+def no_retry() -> Any:
+    """redis-py's sync Retry of no retries: a decision is tried once."""
+    return untyped(Retry)(untyped(NoBackoff)(), 0)
+
+
+def no_async_retry() -> Any:
+    """The same for redis.asyncio."""
+    return untyped(AsyncRetry)(untyped(NoBackoff)(), 0)
 
 
 def client_from_cache(alias: str) -> tuple[Any, bool]:
@@ -239,12 +250,12 @@ def client_from_cache(alias: str) -> tuple[Any, bool]:
         # with the decision timeouts too (a new connection asks them for the primary).
         old = pool.sentinel_manager
         addresses = [s.connection_pool.connection_kwargs for s in old.sentinels]
-        manager = _untyped(Sentinel)(
+        manager = untyped(Sentinel)(
             [(a["host"], a["port"]) for a in addresses],
             min_other_sentinels=old.min_other_sentinels,
             sentinel_kwargs=_with_decision_timeouts(old.sentinel_kwargs),
         )
-        new_pool = _untyped(SentinelConnectionPool)(
+        new_pool = untyped(SentinelConnectionPool)(
             pool.service_name,
             manager,
             connection_class=pool.connection_class,
@@ -269,7 +280,7 @@ def ask_sentinels(client: Any) -> None:
         return
     # No Sentinel answers: the primary known stays in use, as for a decision.
     with contextlib.suppress(*STORE_ERRORS):
-        _untyped(pool.get_master_address)()
+        untyped(pool.get_master_address)()
 
 
 def follow_primary(async_store: Any, sync_store: Any) -> None:
@@ -297,7 +308,7 @@ def async_client_from_cache(alias: str) -> Any:
     kwargs: dict[str, Any] = dict(options.get("CONNECTION_POOL_KWARGS", {}))
     if options.get("PASSWORD"):
         kwargs["password"] = options["PASSWORD"]
-    kwargs.update(decision_kwargs(), retry=AsyncRetry(NoBackoff(), 0))
+    kwargs.update(decision_kwargs(), retry=no_async_retry())
     sentinels = options.get("SENTINELS")
     if not sentinels:
         return redis.asyncio.Redis.from_url(location, **kwargs)
@@ -315,9 +326,9 @@ def async_client_from_cache(alias: str) -> Any:
     sentinel_kwargs.update(
         socket_timeout=conf.TIMEOUT,
         socket_connect_timeout=conf.CONNECT_TIMEOUT,
-        retry=AsyncRetry(NoBackoff(), 0),
+        retry=no_async_retry(),
     )
-    manager = _untyped(redis.asyncio.sentinel.Sentinel)(
+    manager = untyped(redis.asyncio.sentinel.Sentinel)(
         [tuple(s) for s in sentinels], sentinel_kwargs=sentinel_kwargs
     )
     return manager.master_for(url.hostname, redis_class=redis.asyncio.Redis, **kwargs)
