@@ -230,10 +230,12 @@ def test_the_jitter_is_a_tenth_of_the_retry_time_at_least_a_tenth_of_a_second() 
 def test_a_deferred_task_holds_no_worker_slot(
     broker: RedisServer, deferrals: list[tuple[str, float]]
 ) -> None:
-    rule("slow", "slow", 1, unit="minute", algorithm="fixed_window")
+    # A sliding log: the retry time is a minute from the first run, wherever the clock's
+    # minute boundary falls (a fixed window near its end would defer for under a second).
+    rule("slow", "slow", 1, unit="minute", algorithm="sliding_window_log")
     with worker(broker, pool="solo", concurrency=1):
         assert slow.delay(0).get(timeout=10) == 0
-        waiting = slow.delay(1)  # deferred for the rest of the minute
+        waiting = slow.delay(1)  # deferred until a minute after the first run
         wait_for(lambda: len(deferrals) == 1, 10)
         started = time.monotonic()
         # The one worker slot runs the queue's other tasks meanwhile.
@@ -241,7 +243,7 @@ def test_a_deferred_task_holds_no_worker_slot(
         assert time.monotonic() - started < 5
         assert waiting.state == "RETRY"
         assert [n for _, n, _ in RUNS.seen] == [0, 2, 3, 4, 5, 6]
-        assert deferrals[0][1] > 5  # its turn is the next minute
+        assert deferrals[0][1] > 5  # its turn is a minute after the first run
 
 
 # -- store outages follow the rule's fail mode -----------------------------------------------
@@ -332,7 +334,7 @@ def test_arguments_are_checked_against_the_task_function_when_sent(broker: Redis
 def test_called_directly_or_eagerly_a_rejected_run_raises_retry_and_does_not_run(
     broker: RedisServer,
 ) -> None:
-    rule("tight", "tight", 1, unit="minute", algorithm="fixed_window")
+    rule("tight", "tight", 1, unit="minute", algorithm="sliding_window_log")
     RUNS.clear()
     assert tight(1) == 1
     with pytest.raises(Retry):
