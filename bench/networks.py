@@ -29,12 +29,13 @@ def networks(count: int) -> list[str]:
 
 
 def check_cases(known: bool, calls: int) -> list[harness.Case]:
-    """audience.counts() of a rule with no networks, then with each size; ``known``: the same
+    """client_ip() and audience.counts() of a rule with no networks, then with each size; ``known``: the same
     few clients again and again, else a client never seen by any cache at each call."""
     from django.test import RequestFactory
 
     from django_throttle.audience import counts
     from django_throttle.compiled import build_rule
+    from django_throttle.engine.request_state import client_ip
     from django_throttle.networks import network_set
 
     factory = RequestFactory()
@@ -52,7 +53,7 @@ def check_cases(known: bool, calls: int) -> list[harness.Case]:
         requests = [factory.get("/", REMOTE_ADDR=a) for a in clients]
 
         def op(request: Any, rule: Any = rule) -> None:
-            assert counts(rule, request, {})
+            assert counts(rule, request, client_ip(request, 0, 64))
 
         cases.append(
             harness.Case(

@@ -9,7 +9,6 @@ from typing import Any
 from .choices import AppliesTo
 from .compiled import CompiledRule
 from .conf import conf
-from .identities import client_ip
 from .networks import NetworkSet, network_set
 from .runtime import runtime
 
@@ -31,14 +30,11 @@ class Memberships:
         self.lock = threading.Lock()
 
 
-def counts(rule: CompiledRule, request: Any, memo: dict[str, str | None]) -> bool:
-    """Whether ``rule`` counts this request (False: the client is outside its audience or
-    exempt). ``memo`` is the request's, shared with keys.identity()."""
+def counts(rule: CompiledRule, request: Any, address: str) -> bool:
+    """Whether ``rule`` counts this request from client ``address`` (False: the client is
+    outside the rule's audience or exempt)."""
     everywhere = conf.EXEMPT_NETWORKS
     if everywhere or rule.exempt_networks:
-        if "ip" not in memo:
-            memo["ip"] = client_ip(request)
-        address = memo["ip"] or ""
         if everywhere and address in runtime().part(ExemptNetworks).networks:
             return False
         if address in rule.exempt_networks:

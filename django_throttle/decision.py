@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .choices import Action
 from .compiled import CompiledRule
 from .store import Result
-
-US = 1_000_000
-_DELAY = Action.DELAY.value  # an enum member's lookup on its class costs more than the compare
 
 
 @dataclass(slots=True)  # built for every request: a frozen dataclass costs several times more
@@ -32,61 +27,6 @@ class Decision:
     # The store's time of the decision (Unix seconds); None when no store was asked. What a
     # response or the dashboard says about time is reckoned from it, not the local clock.
     decided_at: float | None = None
-
-
-def from_results(results: Sequence[Result]) -> Decision:
-    """Sum up one store call: rejected if any enforcing rule rejected."""
-    # One pass, no intermediate lists: this runs for every request.
-    rejecting: Result | None = None
-    deciding: Result | None = None
-    delay = 0.0
-    for result in results:
-        rule = result.rule
-        if not rule.enforcing:
-            continue
-        if not result.allowed:
-            # The longest wait decides (the first of equals).
-            if rejecting is None or result.retry_after > rejecting.retry_after:
-                rejecting = result
-        elif rejecting is None:
-            # Fewest remaining, ties to the later reset (the first of equals).
-            if deciding is None or (
-                result.remaining < deciding.remaining
-                or (result.remaining == deciding.remaining and result.reset_at > deciding.reset_at)
-            ):
-                deciding = result
-            if rule.action == _DELAY and result.delay > delay:
-                delay = result.delay
-    if rejecting is not None:
-        return _decision(False, rejecting, results, rejecting.retry_after)
-    if deciding is None:
-        return Decision(allowed=True, results=tuple(results))
-    return _decision(True, deciding, results, 0.0, delay)
-
-
-def _decision(
-    allowed: bool,
-    deciding: Result,
-    results: Sequence[Result],
-    retry_after: float,
-    delay: float = 0.0,
-) -> Decision:
-    rule = deciding.rule
-    # Positional (the field order of Decision): once per request, keywords cost twice as much.
-    return Decision(
-        allowed,
-        deciding.limit,
-        deciding.remaining,
-        deciding.reset_at,
-        retry_after,
-        rule.name,
-        rule.period,
-        delay,
-        False,  # unavailable
-        None,  # identity
-        tuple(results),
-        deciding.at / US if deciding.at else None,  # decided_at
-    )
 
 
 def unavailable(rule: CompiledRule, retry_after: float, identity: str | None = None) -> Decision:

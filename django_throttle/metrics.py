@@ -295,12 +295,19 @@ def _failure() -> None:
 
 
 def decided(decision: DecisionLike) -> None:
-    """Count a decision: one increment per rule result, or one ``unavailable`` for a rule that
+    """Count a decision (free when metrics are off): see decision_counted()."""
+    part = current.runtime.part(Metrics)
+    if part.on:
+        decision_counted(part, decision)
+
+
+def decision_counted(part: Metrics, decision: DecisionLike) -> None:
+    """decided() for a caller that holds its runtime's Metrics part, metrics on (the engine, on
+    every decision): one increment per rule result, or one ``unavailable`` for a rule that
     fails closed while the store is down; and, of an admitted one, each rule result past
     NEAR_LIMIT_RATIO of its limit (log-only rules' included: a rule on trial shows how close
     it comes)."""
-    part = current.runtime.part(Metrics)
-    m = part.instruments if part.on else None
+    m = part.instruments
     if m is None:
         return
     try:

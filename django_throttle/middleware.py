@@ -10,17 +10,14 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponse
 
 from .engine import (
-    aenforce_unrouted,
     aenforce_view,
     afailed,
-    afinish,
     arelease_after_threads,
-    enforce_unrouted,
+    arespond,
+    begin,
     enforce_view,
     failed,
-    finish,
-    seen_by_middleware,
-    serving,
+    respond,
 )
 
 GetResponse = Callable[[HttpRequest], Any]
@@ -47,9 +44,8 @@ class ThrottleMiddleware:
     def __call__(self, request: HttpRequest) -> Any:
         if self.is_async:
             return self.__acall__(request)
-        seen_by_middleware(request)
-        threads = serving()
-        counted = threads.enter()  # how many threads the server has, as seen (MAX_DELAYED)
+        # The request's state; this thread counted among the server's (MAX_DELAYED).
+        threads = begin(request)
         try:
             try:
                 response = self.get_response(request)
@@ -59,16 +55,13 @@ class ThrottleMiddleware:
                 # now, and the request counts with the status Django would have answered.
                 failed(request, error)
                 raise
-            rejection = enforce_unrouted(request)
-            if rejection is not None:
-                return rejection
-            return finish(request, response)
+            return respond(request, response)
         finally:
-            if counted:
+            if threads is not None:
                 threads.leave()
 
     async def __acall__(self, request: HttpRequest) -> Any:
-        seen_by_middleware(request)
+        begin(request, in_thread=False)
         get_response: Callable[[HttpRequest], Awaitable[Any]] = self.get_response
         try:
             response = await get_response(request)
@@ -83,10 +76,7 @@ class ThrottleMiddleware:
         except BaseException as error:
             await afailed(request, error)  # as in __call__
             raise
-        rejection = await aenforce_unrouted(request)
-        if rejection is not None:
-            return rejection
-        return await afinish(request, response)
+        return await arespond(request, response)
 
     def process_view(
         self, request: HttpRequest, view_func: Any, view_args: Any, view_kwargs: Any

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import ast
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -196,6 +197,38 @@ def request_path() -> tuple[list[str], list[str]]:
         os.unlink(database)
 
 
+def layers() -> dict[str, int]:
+    """Each top-level module or package of the package -> its layer in the import-linter
+    layers contract (pyproject.toml), 0 the top."""
+    text = (ROOT / "pyproject.toml").read_text()
+    listed = re.search(r"^layers = \[(.*?)^\]", text, re.MULTILINE | re.DOTALL)
+    assert listed is not None, "pyproject.toml has no layers contract"
+    groups = re.findall(r'"([^"]+)"', listed.group(1))
+    return {name.strip(): depth for depth, group in enumerate(groups) for name in group.split("|")}
+
+
+def climbs(moves: list[str]) -> list[str]:
+    """The moves into a file of a higher layer than the file entered just before, within one
+    call from the middleware (each of its hooks starts afresh: going back up into the
+    response is not a climb)."""
+    depth = layers()
+
+    def layer(path: str) -> int:
+        return depth[path.split("/")[0].removesuffix(".py")]
+
+    found = []
+    previous: int | None = None
+    for move in moves:
+        caller, callee = move.split(" -> ")
+        if caller == "middleware.py":
+            previous = layer(callee)
+            continue
+        if previous is not None and layer(callee) < previous:  # a smaller index is higher
+            found.append(move)
+        previous = layer(callee)
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--list", action="store_true", help="name what each figure counts")
@@ -222,6 +255,10 @@ def main() -> None:
         )
         if options.list:
             print("\n".join("  " + m for m in moves))
+        up = climbs(moves)
+        print(f"  climbs back up a layer within a middleware hook: {len(up)}")
+        if options.list:
+            print("\n".join("    " + m for m in up))
 
 
 if __name__ == "__main__":

@@ -46,16 +46,16 @@ def run(make_coroutine: Callable[[], Awaitable[Any]]) -> Any:
 def where_gathered(monkeypatch: Any) -> tuple[list[str], list[int]]:
     """Record where each gathering runs: "loop" on a thread listed in the second list (the
     test's event loop adds its own), else "thread"."""
-    from django_throttle.engine import flows
+    from django_throttle.engine import pipeline
 
     places: list[str] = []
     loop: list[int] = []
-    gather = flows.gather
+    gather = pipeline.gather
 
     def recorded(*args: Any, **kwargs: Any) -> Any:
         result = gather(*args, **kwargs)
         places.append("loop" if threading.get_ident() in loop else "thread")
         return result
 
-    monkeypatch.setattr(flows, "gather", recorded)
+    monkeypatch.setattr(pipeline, "gather", recorded)
     return places, loop

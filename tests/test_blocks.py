@@ -182,7 +182,7 @@ class OtherProcess:
         return self.cache.get()
 
     def decide(self, scope: str, key: str) -> Any:
-        from django_throttle.engine.deciding import decide
+        from django_throttle.engine.pipeline import decide
         from django_throttle.rules import scope_rules
         from django_throttle.store import Check
 

@@ -15,7 +15,7 @@ import pytest
 
 from django_throttle.compiled import build_rule
 from django_throttle.decision import Decision
-from django_throttle.engine import deciding
+from django_throttle.engine import deciding, pipeline
 from django_throttle.signals import store_state_changed
 from django_throttle.state_keys import client_tag
 from django_throttle.store import Check, get_store
@@ -103,13 +103,13 @@ class Load:
         for checks in itertools.cycle(self.requests):
             if self.stop.is_set():
                 return
-            self.seen(checks, deciding.decide(checks))
+            self.seen(checks, pipeline.decide(checks))
 
     async def adecide_in_a_loop(self) -> None:
         for checks in itertools.cycle(self.requests):
             if self.stop.is_set():
                 return
-            self.seen(checks, await deciding.adecide(checks))
+            self.seen(checks, await pipeline.adecide(checks))
             await asyncio.sleep(0)
 
 
@@ -150,7 +150,7 @@ def test_manual_failovers_under_load_refuse_nothing_open_no_breaker_and_count_ex
     store_state_changed.connect(on_change)
     try:
         for checks in load.requests:  # every master connected to and its script loaded
-            load.seen(checks, deciding.decide(checks))
+            load.seen(checks, pipeline.decide(checks))
         if asynchronous:
 
             async def tasks() -> None:

@@ -21,7 +21,7 @@ from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
 from django_throttle.compiled import CompiledRule, build_rule
-from django_throttle.engine import deciding
+from django_throttle.engine import pipeline
 from django_throttle.engine.refunds import agive_back, give_back, taken
 from django_throttle.rejection_log import through_redis
 from django_throttle.rules import get_rules
@@ -295,12 +295,12 @@ def test_a_fail_closed_rule_on_the_sick_master_refuses_the_request_and_takes_not
     both = [Check(per_ip, on_healthy), Check(per_user, on_sick)]
 
     async def decide_async() -> list[Any]:
-        return [await deciding.adecide(both), await deciding.adecide([Check(per_ip, on_healthy)])]
+        return [await pipeline.adecide(both), await pipeline.adecide([Check(per_ip, on_healthy)])]
 
     decisions = (
         run(decide_async)
         if asynchronous
-        else [deciding.decide(both), deciding.decide([Check(per_ip, on_healthy)])]
+        else [pipeline.decide(both), pipeline.decide([Check(per_ip, on_healthy)])]
     )
     refused, alone = decisions
     # The rule the store could not decide answers: 503, and the healthy master's check
@@ -326,12 +326,12 @@ def test_fail_open_on_the_sick_master_all_or_nothing_with_the_local_fallback(
     other = [Check(compiled(4, 100, "open"), on_sick), Check(redis_three, on_healthy)]
 
     async def decide_async() -> list[Any]:
-        return [await deciding.adecide(checks) for checks in [request] * 4 + [other] * 5]
+        return [await pipeline.adecide(checks) for checks in [request] * 4 + [other] * 5]
 
     decisions = (
         run(decide_async)
         if asynchronous
-        else [deciding.decide(checks) for checks in [request] * 4 + [other] * 5]
+        else [pipeline.decide(checks) for checks in [request] * 4 + [other] * 5]
     )
     assert [d.allowed for d in decisions] == [True, True, False, False] + [True] * 3 + [False] * 2
     assert not any(d.unavailable for d in decisions)
@@ -361,14 +361,14 @@ def test_rule_refreshes_and_the_rejection_log_consult_their_own_master(
     elsewhere = next(m.port for m in cluster.masters() if m.port not in holders)
     closed = compiled(1, 5, "closed")
     with out_of_memory(cluster, elsewhere):
-        assert deciding.decide([Check(closed, on_master(cluster, elsewhere, "ip"))]).unavailable
+        assert pipeline.decide([Check(closed, on_master(cluster, elsewhere, "ip"))]).unavailable
         version.read()  # does not raise
         assert through_redis.client() is not None
         assert breaker_state(elsewhere) != CLOSED
     holder = cluster.node_for_slot(key_slot(version.key.encode()))
     get_store().node_breakers.reset()
     with out_of_memory(cluster, holder):
-        assert deciding.decide([Check(closed, on_master(cluster, holder, "ip"))]).unavailable
+        assert pipeline.decide([Check(closed, on_master(cluster, holder, "ip"))]).unavailable
         with pytest.raises(redis.exceptions.ConnectionError, match="circuit breaker"):
             version.read()
 
@@ -386,17 +386,17 @@ def test_a_lease_on_a_healthy_master_is_given_back_beside_a_sick_one(
     client = on_master(cluster, healthy, "ip")
 
     def body() -> list[bool]:
-        first = deciding.decide([Check(lease, client)])
+        first = pipeline.decide([Check(lease, client)])
         give_back(taken(first.results))
-        return [first.allowed, deciding.decide([Check(lease, client)]).allowed]
+        return [first.allowed, pipeline.decide([Check(lease, client)]).allowed]
 
     async def abody() -> list[bool]:
-        first = await deciding.adecide([Check(lease, client)])
+        first = await pipeline.adecide([Check(lease, client)])
         await agive_back(taken(first.results))
-        return [first.allowed, (await deciding.adecide([Check(lease, client)])).allowed]
+        return [first.allowed, (await pipeline.adecide([Check(lease, client)])).allowed]
 
     with out_of_memory(cluster, sick):
-        assert deciding.decide([Check(closed, on_master(cluster, sick, "ip"))]).unavailable
+        assert pipeline.decide([Check(closed, on_master(cluster, sick, "ip"))]).unavailable
         assert (run(abody) if asynchronous else body()) == [True, True]
         assert breaker_state(healthy) == CLOSED
 

@@ -186,7 +186,7 @@ import django
 django.setup()
 from django_throttle import metrics
 from django_throttle.compiled import build_rule
-from django_throttle.decision import from_results
+from django_throttle.engine.pipeline import from_results
 from django_throttle.store import Result
 
 rule = build_rule(id=1, name="api", algorithm="fixed_window", limit=10, period=60)

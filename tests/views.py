@@ -175,7 +175,8 @@ def delayed(request):
     """When the store admitted this request (its clock) and how long it was held."""
     from django_throttle.engine import state_of
 
-    decision = state_of(request).decisions[-1]
+    decision = state_of(request).shown
+    assert decision is not None
     return JsonResponse({"decided_at": decision.decided_at, "delay": decision.delay})
 
 

@@ -1,10 +1,12 @@
 """The engine: what applies to a request or a key, one store call, the request's state, what
-follows. The entry points use only what this package exports, never its modules."""
+follows. The entry points use only what this package exports, never its modules.
+
+One request through ThrottleMiddleware: ``begin()`` (request_state.py), ``enforce_view()`` and
+``respond()`` (pipeline.py, whose stages read top to bottom)."""
 
 from __future__ import annotations
 
 from .deciding import block_rules, inspect, reset_rules
-from .delays import serving
 from .explicit_keys import (
     ablock_key,
     adecide_key,
@@ -14,18 +16,6 @@ from .explicit_keys import (
     refund_key,
     reset_key,
 )
-from .flows import (
-    aadmit,
-    aenforce,
-    aenforce_unrouted,
-    aenforce_view,
-    aevaluate,
-    enforce,
-    enforce_unrouted,
-    enforce_view,
-    evaluate,
-)
-from .headers import afailed, afinish, failed, finish
 from .leases import (
     arelease_after_threads,
     arelease_leases,
@@ -34,29 +24,44 @@ from .leases import (
     request_started,
 )
 from .overrides import rule_for
+from .pipeline import (
+    aadmit,
+    aenforce,
+    aenforce_view,
+    aevaluate,
+    afailed,
+    afinish,
+    arespond,
+    enforce,
+    enforce_view,
+    evaluate,
+    failed,
+    finish,
+    respond,
+)
 from .refunds import arefund_request, refund_request
-from .request_state import SPECS_ATTR, seen_by_middleware, state_of, under_middleware
+from .request_state import SPECS_ATTR, begin, serving, state_of, under_middleware
 
 __all__ = (
     "SPECS_ATTR",
     "aadmit",
-    "afailed",
-    "afinish",
     "ablock_key",
     "adecide_key",
     "aenforce",
-    "aenforce_unrouted",
     "aenforce_view",
     "aevaluate",
+    "afailed",
+    "afinish",
     "arefund_request",
     "arelease_after_threads",
     "arelease_leases",
+    "arespond",
+    "begin",
     "block_key",
     "block_rules",
     "block_seconds",
     "decide_key",
     "enforce",
-    "enforce_unrouted",
     "enforce_view",
     "evaluate",
     "failed",
@@ -69,8 +74,8 @@ __all__ = (
     "request_started",
     "reset_key",
     "reset_rules",
+    "respond",
     "rule_for",
-    "seen_by_middleware",
     "serving",
     "state_of",
     "under_middleware",

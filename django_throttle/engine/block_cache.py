@@ -7,7 +7,6 @@ import time
 from collections.abc import Sequence
 
 from ..choices import Algorithm
-from ..decision import Decision, from_results
 from ..runtime import runtime
 from ..store import Check, Result
 
@@ -37,7 +36,7 @@ def _swept(blocked: Blocked, now: float) -> bool:
     return len(blocked) < MAX_ENTRIES
 
 
-def remembered(blocked: Blocked, checks: Sequence[Check]) -> Decision | None:
+def remembered(blocked: Blocked, checks: Sequence[Check]) -> Result | None:
     """The rejection of a client this process knows is rejected now, or None."""
     now = time.monotonic()
     for check in checks:
@@ -55,20 +54,7 @@ def remembered(blocked: Blocked, checks: Sequence[Check]) -> Decision | None:
         left = until - now
         # The store's clock now, from its time of the rejection and the time since.
         at = seen.at + round((now - (until - seen.retry_after)) * 1_000_000) if seen.at else 0
-        result = Result(
-            rule=rule,
-            identity=check.identity,
-            allowed=False,
-            limit=seen.limit,
-            remaining=0,
-            reset_at=seen.reset_at,
-            retry_after=left,
-            delay=0.0,
-            blocked=seen.blocked,
-            at=at,
-            cost=check.cost,
-        )
-        return from_results([result])
+        return _rejection(check, seen.limit, seen.reset_at, left, seen.blocked, at)
     return None
 
 
@@ -76,15 +62,30 @@ def never_admitted(check: Check) -> Result:
     """The rejection of a check whose cost is more than its rule can ever admit: as the store
     would answer it (nothing remaining counted, ask again in a window), without asking."""
     rule = check.rule
+    return _rejection(check, rule.limit, time.time() + rule.period, float(rule.period))
+
+
+def _rejection(
+    check: Check,
+    limit: int,
+    reset_at: float,
+    retry_after: float,
+    blocked: bool = False,
+    at: int = 0,
+) -> Result:
+    """A rejection of ``check`` known in this process, as the store would answer it: nothing
+    remaining."""
     return Result(
-        rule=rule,
+        rule=check.rule,
         identity=check.identity,
         allowed=False,
-        limit=rule.limit,
+        limit=limit,
         remaining=0,
-        reset_at=time.time() + rule.period,
-        retry_after=float(rule.period),
+        reset_at=reset_at,
+        retry_after=retry_after,
         delay=0.0,
+        blocked=blocked,
+        at=at,
         cost=check.cost,
     )
 

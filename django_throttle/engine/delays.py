@@ -9,8 +9,7 @@ from dataclasses import replace
 
 from ..choices import Action
 from ..conf import conf
-from ..decision import Decision, from_results
-from ..runtime import Runtime, current
+from ..decision import Decision
 from ..store import Check, Result
 
 _DELAY = str(Action.DELAY)
@@ -26,41 +25,6 @@ def delay_of(decision: Decision) -> float:
         (r.rule.burst * r.rule.period / r.rule.limit for r in decision.results), default=0.0
     )
     return min(decision.delay, longest)
-
-
-class Serving:
-    """The threads serving a request now (ThrottleMiddleware's sync path, or a sync view under
-    @throttle), and the most seen at once: the server has at least that many threads."""
-
-    def __init__(self) -> None:
-        # A set of thread ids, changed without a lock (one C call each, atomic): a thread
-        # serves one request at a time, and a counter would need a lock on every request.
-        self.busy: set[int] = set()
-        self.most = 0
-
-    def enter(self) -> bool:
-        """Count this thread; False if it is counted already (the middleware, then the view)."""
-        busy = self.busy
-        ident = threading.get_ident()
-        if ident in busy:
-            return False
-        busy.add(ident)
-        if len(busy) > self.most:
-            self.most = len(busy)
-        return True
-
-    def leave(self) -> None:
-        self.busy.discard(threading.get_ident())
-
-    def handover(self, successor: Runtime) -> None:
-        # The server's threads outlive a settings change.
-        following = successor.part(Serving)
-        following.most = max(following.most, self.most)
-
-
-def serving() -> Serving:
-    """This process's count of the threads serving requests (fetch it once per request)."""
-    return current.runtime.part(Serving)
 
 
 class Held:
@@ -96,14 +60,15 @@ class Delays:
         self.clients: dict[tuple[str, str], int] = {}
         self.waking: dict[tuple[str, str], tuple[float, float, Result]] = {}
 
-    def enter(self, held: Held) -> bool:
+    def enter(self, held: Held, threads: int) -> bool:
+        """Hold ``held`` if the caps leave room (``threads``: the most seen serving at once)."""
         cap = conf.MAX_DELAYED
         per_client = conf.MAX_DELAYED_PER_CLIENT
         with self._lock:
             if cap == "auto":
                 if self.held >= AUTO_MAX_DELAYED:
                     return False
-                if held.in_thread and self.in_threads >= max(1, serving().most // 2):
+                if held.in_thread and self.in_threads >= max(1, threads // 2):
                     return False
             elif self.held >= int(cap):
                 return False
@@ -134,8 +99,8 @@ class Delays:
                         del self.clients[client]
                         self.waking.pop(client, None)
 
-    def turned_away_before(self, checks: Sequence[Check]) -> Decision | None:
-        """The 429 of a request whose client has MAX_DELAYED_PER_CLIENT requests held in
+    def turned_away_before(self, checks: Sequence[Check]) -> Result | None:
+        """The rejection of a request whose client has MAX_DELAYED_PER_CLIENT requests held in
         threads for one of these delay rules, known without a store call: the bucket holds
         theirs until they wake, so this one would wait too, and be turned away."""
         per_client = conf.MAX_DELAYED_PER_CLIENT
@@ -154,7 +119,7 @@ class Delays:
             # Its turn comes one interval after the last held one's.
             retry_after = max(0.0, wakes - now) + rule.period / rule.limit
             at = seen.at + round((now - entered) * 1_000_000) if seen.at else 0
-            result = Result(
+            return Result(
                 rule=rule,
                 identity=check.identity,
                 allowed=False,
@@ -166,7 +131,6 @@ class Delays:
                 at=at,
                 cost=check.cost,
             )
-            return from_results([result])
         return None
 
 

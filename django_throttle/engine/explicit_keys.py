@@ -10,9 +10,9 @@ from ..costs import valid_cost
 from ..decision import Decision
 from ..rules import RuleSet, get_rules, scope_rules
 from ..store import Check
-from .announcing import announce
-from .deciding import adecide, block_rules, decide, reset_rules
+from .deciding import block_rules, reset_rules
 from .overrides import rule_for
+from .pipeline import adecide, announce, decide
 from .refunds import Refund, give_back
 
 

@@ -1,31 +1,156 @@
-"""What throttling knows about one request, kept in one object on the request."""
+"""The first stage of a request: who its client is (``identify()``), what throttling knows about
+the request (one ``RequestState`` on it), what it uses of the process (``Parts``, fetched once);
+``begin()``, ThrottleMiddleware's first step, makes all three."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 from typing import Any
 
 from ..choices import ALGORITHMS_WITH_BURST, Algorithm
+from ..conf import conf
 from ..decision import Decision
-from ..rules import ScopeSpec, get_rules, scope_rules
-from ..store import Result
+from ..metrics import Metrics
+from ..networks import MAX_ADDRESS_CHARS, normalized
+from ..rules import RuleCache, get_rules, scope_rules
+from ..runtime import Runtime, current
+from ..store import GuardedStore, Result
+from .delays import Delays
 
 ATTR = "_django_throttle"
 SPECS_ATTR = "_throttle_specs"  # on a decorated view: its @throttle scopes, outermost first
 _CONCURRENCY = str(Algorithm.CONCURRENCY)
 
 
+UNKNOWN_IP = "unknown"
+MAX_FORWARDED_ENTRIES = 64  # more hops than any real proxy chain; longer headers are cut
+UNREAD_USER: Any = object()  # Client.user before a rule needed it
+
+
+class Client:
+    """Who sent a request, as every rule of a decision sees it: its address as keyed (None
+    until read), and the primary key of its user (None: anonymous), read when a rule first
+    needs it (reading request.user may query the database)."""
+
+    __slots__ = ("ip", "request", "user")
+
+    def __init__(self, request: Any, ip: str | None = None) -> None:
+        self.request = request
+        self.ip = ip
+        self.user: str | None = UNREAD_USER
+
+
+def identify(request: Any, trusted: int, prefix: int) -> Client:
+    """The request's client, its address read now (``trusted``: TRUSTED_PROXIES, ``prefix``:
+    IPV6_PREFIX)."""
+    return Client(request, client_ip(request, trusted, prefix))
+
+
+def client_ip(request: Any, trusted: int, prefix: int) -> str:
+    """The client's address: REMOTE_ADDR, or with ``trusted`` proxies (TRUSTED_PROXIES) the
+    N-th X-Forwarded-For entry from the right; IPv6 by its ``prefix`` (IPV6_PREFIX). A missing
+    or malformed value falls back to REMOTE_ADDR."""
+    meta = request.META
+    remote = _normalize_ip(meta.get("REMOTE_ADDR") or "", prefix)
+    if trusted > 0:
+        forwarded = meta.get("HTTP_X_FORWARDED_FOR") or ""
+        entries = forwarded.rsplit(",", MAX_FORWARDED_ENTRIES)[-MAX_FORWARDED_ENTRIES:]
+        if len(entries) >= trusted and forwarded:
+            candidate = _normalize_ip(entries[-trusted], prefix)
+            if candidate is not None:
+                return candidate
+    return remote or UNKNOWN_IP
+
+
+def _normalize_ip(text: str, prefix: int) -> str | None:
+    """The address as it is keyed (IPv6 by its network ``prefix``), or None if it is not one."""
+    if len(text) > MAX_ADDRESS_CHARS:
+        return None
+    return normalized(text, prefix)
+
+
+class Serving:
+    """The threads serving a request now (ThrottleMiddleware's sync path, or a sync view under
+    @throttle), and the most seen at once: the server has at least that many threads."""
+
+    def __init__(self) -> None:
+        # A set of thread ids, changed without a lock (one C call each, atomic): a thread
+        # serves one request at a time, and a counter would need a lock on every request.
+        self.busy: set[int] = set()
+        self.most = 0
+
+    def enter(self) -> bool:
+        """Count this thread; False if it is counted already (the middleware, then the view)."""
+        busy = self.busy
+        ident = threading.get_ident()
+        if ident in busy:
+            return False
+        busy.add(ident)
+        if len(busy) > self.most:
+            self.most = len(busy)
+        return True
+
+    def leave(self) -> None:
+        self.busy.discard(threading.get_ident())
+
+    def handover(self, successor: Runtime) -> None:
+        # The server's threads outlive a settings change.
+        following = successor.part(Serving)
+        following.most = max(following.most, self.most)
+
+
+def serving() -> Serving:
+    """This process's count of the threads serving requests (fetch it once per request)."""
+    return current.runtime.part(Serving)
+
+
+class Parts:
+    """What a request uses of the runtime, fetched once per request and handed from stage to
+    stage (a runtime part): the rule cache, the store, delays, the threads serving, metrics,
+    and the settings every request reads."""
+
+    __slots__ = (
+        "delays",
+        "exempt_networks",
+        "fail_open",
+        "headers",
+        "ipv6_prefix",
+        "metrics",
+        "rules",
+        "serving",
+        "store",
+        "trusted_proxies",
+    )
+
+    def __init__(self) -> None:
+        runtime = current.runtime
+        self.rules = runtime.part(RuleCache)
+        self.store = runtime.part(GuardedStore)
+        self.metrics = runtime.part(Metrics)
+        self.serving = runtime.part(Serving)
+        self.delays = runtime.part(Delays)
+        self.trusted_proxies = conf.TRUSTED_PROXIES
+        self.ipv6_prefix = conf.IPV6_PREFIX
+        self.exempt_networks = bool(conf.EXEMPT_NETWORKS)
+        self.fail_open = conf.FAIL_OPEN
+        self.headers = conf.HEADERS
+
+
 class RequestState:
     """Every decision made for the request, and the result of each rule that counted it."""
 
     __slots__ = (
+        "by_status",
+        "client",
         "counted",
         "decided_specs",
-        "decisions",
         "leases",
         "middleware",
+        "parts",
         "paths_decided",
         "release_armed",
+        "shown",
         "taken",
     )
 
@@ -38,23 +163,37 @@ class RequestState:
         self.taken: dict[str, Result] = {}
         self.leases: list[Result] = []
         self.release_armed = False
-        self.decisions: list[Decision] = []
+        # A rule that took something counts only some statuses (count_statuses): the
+        # response's status is looked at (outcomes.py).
+        self.by_status = False
+        # The decision whose figures the response shows: the first rejection, else the most
+        # constrained (fewest remaining; ties go to the later reset).
+        self.shown: Decision | None = None
         # @throttle scopes already decided (by id): the decorator skips what the middleware
         # decided, without selecting their rules again.
         self.decided_specs: set[int] = set()
         self.middleware = False  # ThrottleMiddleware is in the chain: it writes the headers
         self.paths_decided = False  # the path rules were decided before the view
+        # What the middleware's hooks use of the runtime, and the client as identified when
+        # the request came in: the path rules' decision counts it (begin()).
+        self.parts: Parts | None = None
+        self.client: Client | None = None
 
-    def for_headers(self) -> Decision | None:
-        """The decision whose figures the response shows: a rejection, else the most
-        constrained (fewest remaining; ties go to the later reset)."""
-        decisions = [d for d in self.decisions if d.rule is not None]
-        if not decisions:
-            return None
-        for decision in decisions:
-            if not decision.allowed:
-                return decision
-        return min(decisions, key=lambda d: (d.remaining, -(d.reset_at or 0)))
+
+def begin(request: Any, in_thread: bool = True) -> Serving | None:
+    """ThrottleMiddleware's first step: the request's state, marked as the middleware's (it
+    writes the headers and ends leases), with what the request will use of the runtime and
+    its client identified; in a server's thread (``in_thread``), the thread counted among
+    those serving (MAX_DELAYED). Returns the Serving to leave() once the response is out, if
+    this call counted the thread."""
+    parts = current.runtime.part(Parts)
+    state = state_of(request)
+    state.middleware = True
+    state.parts = parts
+    state.client = identify(request, parts.trusted_proxies, parts.ipv6_prefix)
+    if in_thread and parts.serving.enter():
+        return parts.serving
+    return None
 
 
 def state_of(request: Any) -> RequestState:
@@ -65,16 +204,6 @@ def state_of(request: Any) -> RequestState:
         state = RequestState()
         setattr(request, ATTR, state)
     return state
-
-
-def view_specs(view_func: Any) -> list[ScopeSpec]:
-    """The @throttle scopes of a view: on the function, or on a class-based view's dispatch
-    (method_decorator copies the decorator's attributes onto it)."""
-    specs = getattr(view_func, SPECS_ATTR, None)
-    if specs is None:
-        view_class = getattr(view_func, "view_class", None)
-        specs = getattr(getattr(view_class, "dispatch", None), SPECS_ATTR, None)
-    return specs or []
 
 
 def forget_taken(request: Any, decision: Decision) -> list[Result]:
@@ -119,11 +248,6 @@ def split(result: Result, cost: int) -> tuple[Result, Result | None]:
         # that much earlier, so a later give-back returns only what is left of it.
         reset_at -= given * rule.period / rule.limit
     return replace(result, cost=given), replace(result, cost=kept, reset_at=reset_at)
-
-
-def seen_by_middleware(request: Any) -> None:
-    """ThrottleMiddleware is in the request's chain: it writes the headers and ends leases."""
-    state_of(request).middleware = True
 
 
 def under_middleware(request: Any) -> bool:

@@ -15,8 +15,7 @@ from .cache import (
     rules_changed,
 )
 from .defaults import DefaultRule, ScopeSpec, default_scopes, defaults_of, register
-from .ruleset import RuleSet
-from .selection import request_rules, scope_rules
+from .ruleset import RuleSet, request_rules, scope_rules
 
 __all__ = (
     "RULE_SETTINGS",

@@ -1,4 +1,5 @@
-"""``RuleSet``: the enabled rules of a process, indexed by the form of their scope."""
+"""``RuleSet``: the enabled rules of a process, indexed by the form of their scope; the one
+place that picks the rules of a scope or of a request."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 from ..compiled import CompiledRule
 from ..patterns import UnsafePattern, compile_scope_set, literal_prefix
+from .defaults import ScopeSpec, defaults_of
 
 
 class RuleSet:
@@ -57,13 +59,14 @@ class RuleSet:
 
     def for_path(self, path: str, method: str) -> list[CompiledRule]:
         """Rules of scope '*', path prefix and regex that apply to this request."""
-        found = [r for r in self._everywhere if r.applies_to(method)]
+        # A rule's methods tested inline (CompiledRule.applies_to): once per rule per request.
+        found = [r for r in self._everywhere if r.methods is None or method in r.methods]
         prefixes = self._prefixes
         for length in self._prefix_lengths:
             if length > len(path):
                 break
             for rule in prefixes.get(path[:length], ()):
-                if rule.applies_to(method):
+                if rule.methods is None or method in rule.methods:
                     found.append(rule)
         if self._regexes:
             groups = self._regex_groups
@@ -72,7 +75,7 @@ class RuleSet:
                     break
                 group = groups.get(path[:length])
                 if group is not None:
-                    found.extend(r for r in group(path) if r.applies_to(method))
+                    found.extend(r for r in group(path) if r.methods is None or method in r.methods)
         return found
 
     def for_scope(self, scope: str, method: str | None = None) -> Sequence[CompiledRule]:
@@ -86,6 +89,52 @@ class RuleSet:
     def has_scope(self, scope: str) -> bool:
         """Whether the admin has an enabled rule for this scope (which replaces code defaults)."""
         return scope in self._by_scope
+
+
+def scope_rules(ruleset: RuleSet, scope: str, method: str | None = None) -> Sequence[CompiledRule]:
+    """The rules in force for ``scope``: its enabled admin rules (those applying to
+    ``method``, if given), else its code defaults."""
+    if ruleset.has_scope(scope):
+        return ruleset.for_scope(scope, method)
+    return [default.compile() for default in defaults_of(scope)]
+
+
+def request_rules(
+    ruleset: RuleSet,
+    request: Any,
+    specs: Iterable[ScopeSpec] = (),
+    *,
+    paths: bool = False,
+    url_name: str | None = None,
+) -> list[tuple[CompiledRule, int]]:
+    """The rules that apply to a request, each once, with its cost: path rules ('*', prefixes,
+    regexes) if ``paths``, the rules of its URL name, and those of each scope in ``specs``
+    (the highest cost wins when several name the same rule)."""
+    method = request.method or "GET"
+    if not paths and not url_name and isinstance(specs, list) and len(specs) == 1:
+        # One scope (check(), a single @throttle): its rules are distinct, nothing to merge.
+        spec = specs[0]
+        rules = scope_rules(ruleset, spec.scope, method)
+        if not rules:
+            return []
+        cost = spec.cost_of(request)
+        return [(rule, cost) for rule in rules]
+    chosen: dict[str, tuple[CompiledRule, int]] = {}
+    if paths:
+        for rule in ruleset.for_path(request.path_info, method):
+            chosen[rule.state_prefix] = (rule, 1)
+    if url_name:
+        # A URL name brings its admin rules; code defaults come with the view's @throttle.
+        for rule in ruleset.for_scope(url_name, method):
+            chosen.setdefault(rule.state_prefix, (rule, 1))
+    for spec in specs:
+        rules = scope_rules(ruleset, spec.scope, method)
+        if rules:
+            cost = spec.cost_of(request)
+            for rule in rules:
+                previous = chosen.get(rule.state_prefix)
+                chosen[rule.state_prefix] = (rule, max(cost, previous[1] if previous else 0))
+    return list(chosen.values())
 
 
 def _group_matcher(rules: list[CompiledRule]) -> Callable[[str], list[CompiledRule]]:

@@ -35,7 +35,9 @@ class Breaker:
         self.state = CLOSED
         self._open_until = 0.0
         self._probe_until = 0.0
-        self._epoch = 0  # advances when a probe begins and when the breaker closes
+        # Advances when a probe begins and when the breaker closes: a closed breaker's token
+        # (the store reads it without calling allow(), on every decision).
+        self.epoch = 0
         # Until when connections cut mid-command are taken for one event (see failed()).
         self._cuts_until = -1e18
 
@@ -44,13 +46,13 @@ class Breaker:
             self.state = CLOSED
             self._open_until = 0.0
             self._probe_until = 0.0
-            self._epoch += 1
+            self.epoch += 1
 
     def allow(self) -> int | None:
         """The call's token if this request may call the store, else None (the hot path:
         one attribute read while closed)."""
         if self.state == CLOSED:
-            return self._epoch
+            return self.epoch
         with self._lock:
             now = self._clock()
             if (self.state == OPEN and now >= self._open_until) or (
@@ -58,8 +60,8 @@ class Breaker:
             ):
                 self.state = PROBING  # this caller is the one probe
                 self._probe_until = now + max(self._interval(), MIN_PROBE_LEASE)
-                self._epoch += 1
-                return self._epoch
+                self.epoch += 1
+                return self.epoch
             return None
 
     def abandoned(self, token: int) -> None:
@@ -68,7 +70,7 @@ class Breaker:
         if self.state != PROBING:
             return
         with self._lock:
-            if self.state == PROBING and token == self._epoch:
+            if self.state == PROBING and token == self.epoch:
                 self.state = OPEN
                 self._open_until = self._clock()
 
@@ -85,10 +87,10 @@ class Breaker:
         if self.state != PROBING:
             return
         with self._lock:
-            if self.state != PROBING or token != self._epoch:
+            if self.state != PROBING or token != self.epoch:
                 return
             self.state = CLOSED
-            self._epoch += 1
+            self.epoch += 1
         if self.node is None:
             logger.warning(
                 "django_throttle: the store is reachable again; limiting in Redis resumes"
@@ -106,7 +108,7 @@ class Breaker:
         if self.state == CLOSED and cut(exc) and self._forgive(exc):
             return
         with self._lock:
-            if token != self._epoch:
+            if token != self.epoch:
                 return  # began before the latest probe or recovery
             was = self.state
             self.state = OPEN

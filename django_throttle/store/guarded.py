@@ -146,7 +146,8 @@ class GuardedStore:
         """The store's decision, or what the fail modes make of the checks it could not decide.
         On a cluster the breaker guards reading the slot map; each master's, its slot groups."""
         breaker = self.breaker
-        token = breaker.allow()
+        # Closed (nearly always): the token without a call.
+        token = breaker.epoch if breaker.state == CLOSED else breaker.allow()
         if token is None:
             return self._unavailable(checks, dry_run)
         timed = self._metrics.on
@@ -176,7 +177,7 @@ class GuardedStore:
         if not conf.uses_redis:
             return self.decide(checks, dry_run)
         breaker = self.breaker
-        token = breaker.allow()
+        token = breaker.epoch if breaker.state == CLOSED else breaker.allow()
         if token is None:
             return self._unavailable(checks, dry_run)
         timed = self._metrics.on
