@@ -96,9 +96,7 @@ def respond(request: Any, response: Any) -> Any:
         rejection = _enforce(request, Asked(paths=True), parts)
         if rejection is not None:
             return rejection
-    if state.by_status and state.taken and isinstance(response, HttpResponseBase):
-        count_outcome(state, response.status_code)
-    return _written(request, state, parts, response)
+    return _finished(request, state, parts, response)
 
 
 async def arespond(request: Any, response: Any) -> Any:
@@ -109,9 +107,7 @@ async def arespond(request: Any, response: Any) -> Any:
         decision = await _aadmit(request, Asked(paths=True), parts)
         if not decision.allowed:
             return rejected(request, decision)
-    if state.by_status and state.taken and isinstance(response, HttpResponseBase):
-        await acount_outcome(state, response.status_code)
-    return _written(request, state, parts, response)
+    return await _afinished(request, state, parts, response)
 
 
 def enforce(
@@ -182,17 +178,13 @@ def finish(request: Any, response: Any) -> Any:
     have them; a view's response, or a 429 of DRF's, does not. Concurrency leases end when
     the response is closed (a streaming one: once streamed)."""
     state = _state(request)
-    if state.by_status and state.taken and isinstance(response, HttpResponseBase):
-        count_outcome(state, response.status_code)
-    return _written(request, state, _parts(state), response)
+    return _finished(request, state, _parts(state), response)
 
 
 async def afinish(request: Any, response: Any) -> Any:
     """finish() on an event loop: the give-back never blocks it."""
     state = _state(request)
-    if state.by_status and state.taken and isinstance(response, HttpResponseBase):
-        await acount_outcome(state, response.status_code)
-    return _written(request, state, _parts(state), response)
+    return await _afinished(request, state, _parts(state), response)
 
 
 def failed(request: Any, error: BaseException) -> None:
@@ -666,6 +658,18 @@ def announce(request: Any | None, decision: Decision, parts: Parts | None = None
 
 
 # -- 5: answer ----------------------------------------------------------------------------------
+
+
+def _finished(request: Any, state: RequestState, parts: Parts, response: Any) -> Any:
+    if state.by_status and state.taken and isinstance(response, HttpResponseBase):
+        count_outcome(state, response.status_code)
+    return _written(request, state, parts, response)
+
+
+async def _afinished(request: Any, state: RequestState, parts: Parts, response: Any) -> Any:
+    if state.by_status and state.taken and isinstance(response, HttpResponseBase):
+        await acount_outcome(state, response.status_code)
+    return _written(request, state, parts, response)
 
 
 def _written(request: Any, state: RequestState, parts: Parts, response: Any) -> Any:
