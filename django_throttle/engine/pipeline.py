@@ -90,24 +90,22 @@ def respond(request: Any, response: Any) -> Any:
     """ThrottleMiddleware's way out: the path rules of a request that reached no view (a 404,
     a redirect) decided now, their rejection answered; else the response finished (finish())."""
     state = _state(request)
-    parts = _parts(state)
     if not state.paths_decided:
         state.paths_decided = True
-        rejection = _enforce(request, Asked(paths=True), parts)
+        rejection = _enforce(request, Asked(paths=True), _parts(state))
         if rejection is not None:
             return rejection
-    return _finished(request, state, parts, response)
+    return finish(request, response)
 
 
 async def arespond(request: Any, response: Any) -> Any:
     state = _state(request)
-    parts = _parts(state)
     if not state.paths_decided:
         state.paths_decided = True
-        decision = await _aadmit(request, Asked(paths=True), parts)
+        decision = await _aadmit(request, Asked(paths=True), _parts(state))
         if not decision.allowed:
             return rejected(request, decision)
-    return await _afinished(request, state, parts, response)
+    return await afinish(request, response)
 
 
 def enforce(
@@ -178,13 +176,17 @@ def finish(request: Any, response: Any) -> Any:
     have them; a view's response, or a 429 of DRF's, does not. Concurrency leases end when
     the response is closed (a streaming one: once streamed)."""
     state = _state(request)
-    return _finished(request, state, _parts(state), response)
+    if state.by_status and state.taken and isinstance(response, HttpResponseBase):
+        count_outcome(state, response.status_code)
+    return _written(request, state, _parts(state), response)
 
 
 async def afinish(request: Any, response: Any) -> Any:
     """finish() on an event loop: the give-back never blocks it."""
     state = _state(request)
-    return await _afinished(request, state, _parts(state), response)
+    if state.by_status and state.taken and isinstance(response, HttpResponseBase):
+        await acount_outcome(state, response.status_code)
+    return _written(request, state, _parts(state), response)
 
 
 def failed(request: Any, error: BaseException) -> None:
@@ -658,18 +660,6 @@ def announce(request: Any | None, decision: Decision, parts: Parts | None = None
 
 
 # -- 5: answer ----------------------------------------------------------------------------------
-
-
-def _finished(request: Any, state: RequestState, parts: Parts, response: Any) -> Any:
-    if state.by_status and state.taken and isinstance(response, HttpResponseBase):
-        count_outcome(state, response.status_code)
-    return _written(request, state, parts, response)
-
-
-async def _afinished(request: Any, state: RequestState, parts: Parts, response: Any) -> Any:
-    if state.by_status and state.taken and isinstance(response, HttpResponseBase):
-        await acount_outcome(state, response.status_code)
-    return _written(request, state, parts, response)
 
 
 def _written(request: Any, state: RequestState, parts: Parts, response: Any) -> Any:
