@@ -36,7 +36,9 @@ def main() -> None:
         times.append(time.perf_counter() - started)
     print(f"costing a 1,000-field query (cost {query_cost(document)}), {options.runs} runs:")
     print(f"  median {harness.median(times) * 1e6:.1f} us, p99 {harness.p99(times) * 1e6:.1f} us")
-    print(f"  target: a median of at most 1 ms -> {'PASS' if harness.median(times) <= 1e-3 else 'FAIL'}")
+    print(
+        f"  target: a median of at most 1 ms -> {'PASS' if harness.median(times) <= 1e-3 else 'FAIL'}"
+    )
 
 
 if __name__ == "__main__":
