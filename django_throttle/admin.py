@@ -161,7 +161,7 @@ class RuleAdmin(_RuleModelAdmin):
             _("Limit"),
             {"fields": ("key_kind", "key_arg", "limit", "per", "unit", "algorithm", "burst")},
         ),
-        (_("Behaviour"), {"fields": ("block_seconds", "action", "fail_mode")}),
+        (_("Behaviour"), {"fields": ("block_seconds", "block_growth", "action", "fail_mode")}),
         (_("Timestamps"), {"fields": ("created_at", "updated_at"), "classes": ("collapse",)}),
     )
     # Folded while every field in them has its default (a new rule, or one that never set them).

@@ -23,6 +23,8 @@ MAX_LIMIT = 1_000_000_000
 # used: always, once the request's user is loaded, or never (its key function, its groups).
 ON_LOOP, WITH_USER, IN_THREAD = 2, 1, 0
 MAX_BLOCK = 366 * 86400  # a year
+MAX_GROWTH = 1000  # a block growth factor
+GROWN_BLOCK_CAP = 7 * 86400  # a growing block lasts at most a week (or its first block)
 # A concurrency slot is given back when its response ends, whatever the status: a status it
 # does not count would change nothing.
 CONCURRENCY_COUNTS_ALL = "a concurrency rule counts every request in flight, whatever its status"
@@ -60,6 +62,9 @@ class CompiledRule:
     header_meta_key: str = ""  # request.META name of the header a 'header' rule keys on
     match: Matcher | None = None  # a regular-expression scope's matcher (patterns.py)
     block: int = 0  # seconds a rejection blocks the client for
+    # Each further block of a client remembered from its last (BLOCK_MEMORY) lasts this many
+    # times the one before, up to GROWN_BLOCK_CAP.
+    block_growth: int = 1
     calendar: CalendarWindows | None = None  # a week or month window's starts, in TIME_ZONE
     on_loop: int = ON_LOOP  # see ON_LOOP, WITH_USER, IN_THREAD
     # The response statuses that count (count_statuses, classes spelled out); None: every one.
@@ -165,6 +170,7 @@ def build_rule(
     key_function: KeyFunction | None = None,
     rule_key: str | None = None,
     block: int = 0,
+    block_growth: int = 1,
     applies_to: str = AppliesTo.ALL,
     groups: frozenset[int] = frozenset(),
     exempt_staff: bool = False,
@@ -178,6 +184,7 @@ def build_rule(
     however they reached it (a row written with SQL, a code default)."""
     _check_values(algorithm, limit, period, burst, action, fail_mode, key_kind)
     _check_whole("block", block, 0, MAX_BLOCK)
+    _check_whole("block_growth", block_growth, 1, MAX_GROWTH)
     if calendar is not None and algorithm != Algorithm.FIXED_WINDOW:
         raise ValueError("week and month windows are counted by the fixed window only")
     if applies_to not in _AUDIENCES:
@@ -207,6 +214,7 @@ def build_rule(
         header_meta_key=header_meta_key(key_arg) if key_kind == KeyKind.HEADER else "",
         match=compile_scope(scope) if scope.startswith("^") else None,
         block=block,
+        block_growth=block_growth if block else 1,
         audience=applies_to,
         groups=groups,
         exempt_staff=exempt_staff,
@@ -316,6 +324,7 @@ class RuleRow(Protocol):
     action: str
     fail_mode: str
     block_seconds: int
+    block_growth: int
     applies_to: str
     exempt_staff: bool
     exempt_networks: str
@@ -349,6 +358,7 @@ def compile_rule(
         action=rule.action,
         fail_mode=rule.fail_mode,
         block=rule.block_seconds,
+        block_growth=rule.block_growth,
         applies_to=rule.applies_to,
         groups=frozenset(groups),
         exempt_staff=rule.exempt_staff,

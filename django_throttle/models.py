@@ -25,7 +25,7 @@ from .choices import (
     RejectionAction,
     Unit,
 )
-from .compiled import MAX_BLOCK, MAX_LIMIT
+from .compiled import MAX_BLOCK, MAX_GROWTH, MAX_LIMIT
 from .conf import conf
 from .networks import canonical_networks, normalized
 from .patterns import UnsafePattern, check_pattern
@@ -268,6 +268,20 @@ class Rule(models.Model):
             "window says. Example: 3600 after 5 failed logins in 15 minutes. 0 = no block."
         ),
     )
+    block_growth = models.PositiveIntegerField(
+        _("block growth"),
+        default=1,
+        validators=[
+            MinValueValidator(1),
+            MaxValueValidator(MAX_GROWTH),
+        ],
+        help_text=_(
+            "Each further block of a client that comes back while its last block is "
+            "remembered (DJANGO_THROTTLE['BLOCK_MEMORY'], a day by default) lasts this many "
+            "times the one before, up to 7 days. Example: 4 makes blocks of 60 s, 4, 16 and "
+            "64 minutes. 1 = every block as long."
+        ),
+    )
     action = models.CharField(
         _("action"),
         max_length=10,
@@ -375,6 +389,10 @@ class Rule(models.Model):
             text += gettext(", then blocked for %(duration)s") % {
                 "duration": duration(self.block_seconds)
             }
+            if self.block_growth > 1:
+                text += gettext(", %(growth)s times longer each time it comes back") % {
+                    "growth": self.block_growth
+                }
         notes = []
         if self.methods:
             notes.append(gettext("%(methods)s only") % {"methods": self.methods.replace(",", ", ")})
@@ -513,6 +531,8 @@ class Rule(models.Model):
             error("exempt_networks", str(exc))
         for message in self._statuses_problems():
             error("count_statuses", message)
+        if isinstance(self.block_growth, int) and self.block_growth > 1 and not self.block_seconds:
+            error("block_growth", _("Growth lengthens blocks: set a block duration first."))
         seconds = UNIT_SECONDS.get(self.unit)
         if seconds and isinstance(self.per, int) and self.per * seconds > MAX_WINDOW:
             error(

@@ -27,7 +27,7 @@ from ..choices import ALGORITHMS_WITH_BURST as BUCKETS
 from ..choices import KeyKind
 from ..compiled import CompiledRule, with_overrides
 from ..conf import conf
-from ..engine import inspect, rule_for
+from ..engine import block_levels, inspect, rule_for
 from ..models import Dashboard, Override, Rule
 from ..rates import describe
 from ..rejection_log import REJECT, SHADOW, UNAVAILABLE, collect, is_complete
@@ -401,6 +401,7 @@ class KeyState:
     retry_after: float | None = None
     allowed: bool | None = None
     blocked: bool = False
+    block_level: int = 0  # blocks a growing rule has given the client while remembered
     error: str | None = None
     warning: str | None = None
     can_override: bool = False  # the user may exempt the client or give it its own limit
@@ -435,14 +436,17 @@ def _states(rules: list[Rule], key: str) -> list[KeyState]:
             continue
         checks.append((state, own))
     if checks:
+        owns = [own for _, own in checks]
         try:
-            results = inspect([own for _, own in checks], key)
+            results = inspect(owns, key)
+            levels = block_levels(owns, key)
         except STORE_ERRORS as exc:
             for state, _own in checks:
                 state.error = str(_("The store is unavailable (%(e)s).") % {"e": exc})
         else:
-            for (state, own), result in zip(checks, results, strict=True):
+            for (state, own), result, level in zip(checks, results, levels, strict=True):
                 state.show(own, result)
+                state.block_level = level
     return states
 
 

@@ -3,7 +3,7 @@ follows. The entry points use only what this package exports, never its modules.
 
 from __future__ import annotations
 
-from .deciding import block_rules, inspect, reset_rules
+from .deciding import block_levels, block_rules, inspect, reset_rules
 from .delays import serving
 from .explicit_keys import (
     ablock_key,
@@ -52,6 +52,7 @@ __all__ = (
     "arelease_after_threads",
     "arelease_leases",
     "block_key",
+    "block_levels",
     "block_rules",
     "block_seconds",
     "decide_key",

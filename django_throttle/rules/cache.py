@@ -91,6 +91,7 @@ RULE_SETTINGS = (
     "algorithm",
     "burst",
     "block_seconds",
+    "block_growth",
     "action",
     "fail_mode",
     "applies_to",

@@ -11,8 +11,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..choices import Algorithm
-from ..compiled import CompiledRule, outcomes_rule
-from .base import Check, Result, block_key, state_key
+from ..compiled import GROWN_BLOCK_CAP, CompiledRule, outcomes_rule
+from ..conf import conf
+from .base import Check, Result, block_key, level_key, state_key
 
 US = 1_000_000
 SWEEP_EVERY = 1024  # writes between two sweeps of expired state
@@ -183,6 +184,7 @@ class MemoryStore:
         with self._lock:
             self._state.pop(state_key(rule, identity), None)
             self._state.pop(block_key(rule, identity), None)
+            self._state.pop(level_key(rule, identity), None)
             if rule.defers_block:
                 self._state.pop(state_key(outcomes_rule(rule), identity), None)
 
@@ -199,11 +201,27 @@ class MemoryStore:
 
     def _block(self, rule: CompiledRule, bkey: str, now: int, rejected: Evaluation) -> Evaluation:
         """Start the block of a client this rule has just rejected."""
-        block = rule.block * US
+        block = (self._grown(rule, bkey, now) if rule.block_growth > 1 else rule.block) * US
         self._set(bkey, 1, now, block)
         ok, rem_after, rem_now, reset_after, retry, delay, write = rejected
         retry = max(retry, block)
         return ok, rem_after, rem_now, max(reset_after, retry), retry, delay, write
+
+    def _grown(self, rule: CompiledRule, bkey: str, now: int) -> int:
+        """As decide.lua starts a growing block: the seconds of this block, the client's level
+        kept beside the block for the block and BLOCK_MEMORY."""
+        lkey = bkey + "g"
+        level: int = self._get(lkey, now) or 0
+        # Past 64 levels any growth of 2 or more has reached the cap.
+        seconds = rule.block * int(rule.block_growth ** min(level, 64))
+        seconds = min(seconds, max(GROWN_BLOCK_CAP, rule.block))
+        self._set(lkey, level + 1, now, (seconds + conf.BLOCK_MEMORY) * US)
+        return seconds
+
+    def block_levels(self, checks: Sequence[Check]) -> list[int]:
+        with self._lock:
+            now = self._clock()
+            return [self._get(level_key(c.rule, c.identity), now) or 0 for c in checks]
 
     # -- state ----------------------------------------------------------------
 
