@@ -1,5 +1,5 @@
 """Throttling from code: ``check()``, ``check_key()``, ``acquire()``, ``refund()``, ``reset()``,
-``block_key()``."""
+``block_key()``, ``charge_key()``."""
 
 from __future__ import annotations
 
@@ -14,6 +14,9 @@ from .engine import (
     ablock_key as engine_ablock_key,
 )
 from .engine import (
+    acharge_key as engine_acharge_key,
+)
+from .engine import (
     adecide_key,
     aevaluate,
     arefund_request,
@@ -24,6 +27,9 @@ from .engine import (
 )
 from .engine import (
     block_key as engine_block_key,
+)
+from .engine import (
+    charge_key as engine_charge_key,
 )
 from .engine import (
     refund_key as engine_refund_key,
@@ -121,6 +127,20 @@ def refund_key(scope: str, key: str, cost: int = 1) -> int:
     took; a concurrency slot taken with it), from its newest state: a window's current count,
     the log's newest entries; returns how many rules were refunded."""
     return engine_refund_key(scope, key, cost)
+
+
+def charge_key(scope: str, key: str, cost: int) -> int:
+    """Add ``cost`` to client ``key`` under the rules of ``scope``, without deciding: the cost of
+    work known only once it is done (the tokens an LLM call used, in the Celery task that made
+    it). It counts even past a limit (the work is done): later requests of the client wait
+    until it has drained, and their ``Retry-After`` says how long. Returns how many rules were
+    charged (a concurrency rule never is)."""
+    return engine_charge_key(scope, key, cost)
+
+
+async def acharge_key(scope: str, key: str, cost: int) -> int:
+    """``charge_key()`` for async code."""
+    return await engine_acharge_key(scope, key, cost)
 
 
 @functools.lru_cache(maxsize=1024)

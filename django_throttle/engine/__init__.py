@@ -7,9 +7,11 @@ from .deciding import block_rules, inspect, reset_rules
 from .delays import serving
 from .explicit_keys import (
     ablock_key,
+    acharge_key,
     adecide_key,
     block_key,
     block_seconds,
+    charge_key,
     decide_key,
     refund_key,
     reset_key,
@@ -43,6 +45,7 @@ __all__ = (
     "afailed",
     "afinish",
     "ablock_key",
+    "acharge_key",
     "adecide_key",
     "aenforce",
     "aenforce_unrouted",
@@ -54,6 +57,7 @@ __all__ = (
     "block_key",
     "block_rules",
     "block_seconds",
+    "charge_key",
     "decide_key",
     "enforce",
     "enforce_unrouted",
