@@ -22,6 +22,8 @@ __all__ = (
     "refund",
     "refund_key",
     "reset",
+    "asettle",
+    "settle",
     "throttle",
 )
 
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
         acheck_key,
         acquire,
         arefund,
+        asettle,
         block_key,
         charge_key,
         check,
@@ -41,6 +44,7 @@ if TYPE_CHECKING:
         refund,
         refund_key,
         reset,
+        settle,
     )
     from .decision import Decision
     from .decorators import throttle
@@ -61,6 +65,8 @@ _LAZY = MappingProxyType(
         "block_key": "api",
         "ablock_key": "api",
         "charge_key": "api",
+        "settle": "api",
+        "asettle": "api",
         "acharge_key": "api",
         "Decision": "decision",
     }

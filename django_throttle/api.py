@@ -24,6 +24,7 @@ from .engine import (
     evaluate,
     refund_request,
     reset_key,
+    settle_request,
 )
 from .engine import (
     block_key as engine_block_key,
@@ -127,6 +128,21 @@ def refund_key(scope: str, key: str, cost: int = 1) -> int:
     took; a concurrency slot taken with it), from its newest state: a window's current count,
     the log's newest entries; returns how many rules were refunded."""
     return engine_refund_key(scope, key, cost)
+
+
+def settle(request: Any, cost: int, rule: str | None = None) -> int:
+    """The request's actual cost, known in the view (the tokens a completion used), under
+    every rule that counted it or the one named ``rule``. When the response ends (a streaming
+    response: once closed) the difference from what the request took before the view (its
+    cost, 1 by default) is charged or given back, once, in one store call; nothing if they are
+    equal, and nothing if the view raises. Returns how many rules it applies to (a concurrency
+    rule never: its slots are requests in flight)."""
+    return settle_request(request, cost, rule)
+
+
+async def asettle(request: Any, cost: int, rule: str | None = None) -> int:
+    """``settle()`` for async views."""
+    return settle_request(request, cost, rule)
 
 
 def charge_key(scope: str, key: str, cost: int) -> int:

@@ -16,7 +16,7 @@ from django_throttle.store import Check
 from django_throttle.store.memory import MemoryStore
 from django_throttle.store.redis import RedisStore
 from tests.engine_helpers import ALGORITHMS
-from tests.helpers import rule, run
+from tests.helpers import room_in_the_minute, rule, run
 
 CLIENT = "user:42"
 US = 1_000_000
@@ -40,14 +40,20 @@ def store(request: pytest.FixtureRequest, redis_server: Any) -> Iterator[Any]:
     client.close()
 
 
-def tokens_rule(algorithm: str, limit: int = 1000) -> Any:
-    return build_rule(id=7, name="tokens", algorithm=algorithm, limit=limit, period=60)
+WINDOWS = ("fixed_window", "sliding_window_counter")
+BUCKETS = ("token_bucket", "leaky_bucket")  # an hour's bucket holds still while a test runs
+
+
+def tokens_rule(algorithm: str, limit: int = 1000, period: int = 60) -> Any:
+    return build_rule(id=7, name="tokens", algorithm=algorithm, limit=limit, period=period)
 
 
 @pytest.mark.parametrize("algorithm", CHARGED)
 def test_a_charge_counts_what_a_decision_did_not_take(store: Any, algorithm: str) -> None:
     """1,000 per minute, each call taking 1 and charged 99 more: ten admitted, the 11th not."""
-    limit = tokens_rule(algorithm)
+    if algorithm in WINDOWS:
+        room_in_the_minute()
+    limit = tokens_rule(algorithm, period=3600 if algorithm in BUCKETS else 60)
     admitted = []
     for _ in range(11):
         (result,) = store.decide([Check(limit, CLIENT)])
@@ -61,6 +67,8 @@ def test_a_charge_counts_what_a_decision_did_not_take(store: Any, algorithm: str
 def test_a_charge_goes_past_the_limit_and_later_requests_wait_until_it_drains(
     store: Any, algorithm: str
 ) -> None:
+    if algorithm in WINDOWS:
+        room_in_the_minute()
     limit = tokens_rule(algorithm, limit=100)
     assert store.decide([Check(limit, CLIENT)])[0].allowed
     store.refund([Check(limit, CLIENT, -149)])  # 150 of 100 used: the work is done

@@ -38,6 +38,7 @@ from .leases import (
 from .overrides import rule_for
 from .refunds import arefund_request, refund_request
 from .request_state import SPECS_ATTR, seen_by_middleware, state_of, under_middleware
+from .settlements import settle_request, view_failed
 
 __all__ = (
     "SPECS_ATTR",
@@ -76,6 +77,8 @@ __all__ = (
     "rule_for",
     "seen_by_middleware",
     "serving",
+    "settle_request",
     "state_of",
     "under_middleware",
+    "view_failed",
 )
