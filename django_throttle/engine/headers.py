@@ -13,7 +13,7 @@ from ..responses import RETRY_AFTER, X_LIMIT, add_headers, retry_after_seconds
 from .leases import arelease_leases, release_leases, release_when_closed
 from .outcomes import acount_outcome, count_outcome, failed_status
 from .request_state import RequestState, state_of
-from .settlements import asettle, settle, view_failed
+from .settlements import asettle_cost, settle_cost, view_failed
 
 
 def finish(request: Any, response: Any) -> Any:
@@ -24,7 +24,7 @@ def finish(request: Any, response: Any) -> Any:
     state = state_of(request)
     if state.taken and isinstance(response, HttpResponseBase):
         count_outcome(state, response.status_code)
-        settle(request, state, response)  # a cost known after the response
+        settle_cost(request, state, response)  # a cost known after the response
     return _written(request, state, response)
 
 
@@ -33,7 +33,7 @@ async def afinish(request: Any, response: Any) -> Any:
     state = state_of(request)
     if state.taken and isinstance(response, HttpResponseBase):
         await acount_outcome(state, response.status_code)
-        await asettle(request, state, response)
+        await asettle_cost(request, state, response)
     return _written(request, state, response)
 
 

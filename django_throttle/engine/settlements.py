@@ -35,7 +35,7 @@ def settle_request(request: Any, cost: object, rule: str | None = None) -> int:
     return applied
 
 
-def settle(request: Any, state: RequestState, response: Any) -> None:
+def settle_cost(request: Any, state: RequestState, response: Any) -> None:
     """Settle the request once ``response`` is done: now, or when a streaming one is closed
     (its view may call settle() as its last chunk is made)."""
     if _armed(state, response):
@@ -44,7 +44,7 @@ def settle(request: Any, state: RequestState, response: Any) -> None:
             give_back(refunds)
 
 
-async def asettle(request: Any, state: RequestState, response: Any) -> None:
+async def asettle_cost(request: Any, state: RequestState, response: Any) -> None:
     if _armed(state, response):
         refunds = _settlement(state, response)
         if refunds:
