@@ -144,7 +144,7 @@ class RuleAdmin(_RuleModelAdmin):
     readonly_fields = ("in_words", "created_at", "updated_at")
     fieldsets = (
         (None, {"fields": ("name", "enabled", "in_words")}),
-        (_("Matching"), {"fields": ("scope", "methods", "count_statuses")}),
+        (_("Matching"), {"fields": ("scope", "methods", "count_statuses", "cost_header")}),
         (
             _("Who it applies to"),
             {

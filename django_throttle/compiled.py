@@ -70,6 +70,8 @@ class CompiledRule:
     # The response statuses that count (count_statuses, classes spelled out); None: every one.
     # What a request took is given back once its response has another status.
     count_statuses: frozenset[int] | None = None
+    # The response header holding a request's actual cost (Rule.cost_header): "" for none.
+    cost_header: str = ""
     # Who the rule counts (audience.py); all of it is known once the rules are loaded.
     audience: str = AppliesTo.ALL  # the row's applies_to
     groups: frozenset[int] = frozenset()
@@ -178,6 +180,7 @@ def build_rule(
     exempt_networks: NetworkSet = NO_NETWORKS,
     calendar: CalendarWindows | None = None,
     count_statuses: frozenset[int] | None = None,
+    cost_header: str = "",
 ) -> CompiledRule:
     """The one constructor of compiled rules; ``rule_key`` names the state in the store
     (default: the primary key in base 36). Raises ValueError for values no rule can have,
@@ -191,6 +194,8 @@ def build_rule(
         raise ValueError(f"unknown audience {applies_to!r}")
     if count_statuses and algorithm == Algorithm.CONCURRENCY:
         raise ValueError(CONCURRENCY_COUNTS_ALL)
+    if cost_header and algorithm == Algorithm.CONCURRENCY:
+        raise ValueError("a concurrency rule counts requests in flight, not costs")
     if methods and "GET" in methods:
         # Django answers HEAD with the GET view: a rule for GET that let HEAD through
         # uncounted would let anyone run the view without limit.
@@ -223,6 +228,7 @@ def build_rule(
         calendar=calendar,
         on_loop=_on_loop(key_kind, applies_to, groups, exempt_staff, exempt_groups),
         count_statuses=count_statuses or None,
+        cost_header=cost_header,
     )
 
 
@@ -329,6 +335,7 @@ class RuleRow(Protocol):
     exempt_staff: bool
     exempt_networks: str
     count_statuses: str
+    cost_header: str
 
 
 def compile_rule(
@@ -366,6 +373,7 @@ def compile_rule(
         exempt_networks=network_set(rule.exempt_networks, conf.IPV6_PREFIX),
         calendar=calendar_of(rule.per, rule.unit),
         count_statuses=parse_statuses(rule.count_statuses),
+        cost_header=rule.cost_header,
     )
 
 

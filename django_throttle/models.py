@@ -303,6 +303,18 @@ class Rule(models.Model):
             "what it took is given back when its response has another status."
         ),
     )
+    cost_header = models.CharField(
+        _("cost from response header"),
+        max_length=100,
+        blank=True,
+        default="",
+        help_text=_(
+            "A response header holding the request's actual cost, a whole number (tokens an "
+            "LLM call used: X-Tokens-Used). The request takes its cost before the view (1 by "
+            "default); the difference is charged or given back when the response ends. Empty: "
+            "the cost taken stands. Not for concurrency rules."
+        ),
+    )
     fail_mode = models.CharField(
         _("when the store is down"),
         max_length=10,
@@ -533,6 +545,17 @@ class Rule(models.Model):
             error("count_statuses", message)
         if isinstance(self.block_growth, int) and self.block_growth > 1 and not self.block_seconds:
             error("block_growth", _("Growth lengthens blocks: set a block duration first."))
+        self.cost_header = (self.cost_header or "").strip()
+        if self.cost_header:
+            if not _HEADER_RE.match(self.cost_header):
+                error(
+                    "cost_header", _("%(h)r is not a valid header name.") % {"h": self.cost_header}
+                )
+            elif self.algorithm == Algorithm.CONCURRENCY:
+                error(
+                    "cost_header",
+                    _("A concurrency rule counts requests in flight, not costs; leave it empty."),
+                )
         seconds = UNIT_SECONDS.get(self.unit)
         if seconds and isinstance(self.per, int) and self.per * seconds > MAX_WINDOW:
             error(

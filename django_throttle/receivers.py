@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.signals import request_finished, request_started
+from django.core.signals import got_request_exception, request_finished, request_started
 from django.db import models
 from django.db.models.signals import m2m_changed, post_delete, post_save, pre_save
 from django.utils import timezone
 
 from .engine import request_finished as end_of_request
 from .engine import request_started as start_of_request
+from .engine import view_failed
 from .models import Override, Rule, validate_row
 from .rules import rules_changed
 from .signals import rules_written
@@ -57,3 +58,5 @@ def connect() -> None:
     rules_written.connect(rule_written, dispatch_uid="django_throttle.rules_written")
     request_started.connect(start_of_request, dispatch_uid="django_throttle.request_started")
     request_finished.connect(end_of_request, dispatch_uid="django_throttle.request_finished")
+    # A view's exception answered with a 500: a cost settled in it does not apply.
+    got_request_exception.connect(view_failed, dispatch_uid="django_throttle.view_failed")

@@ -181,7 +181,7 @@ def test_add_page_renders_the_fieldsets_and_help_texts(admin_client):
     response = admin_client.get(ADD)
     assert response.status_code == 200
     fieldsets = {fieldset.name: fieldset.fields for fieldset in response.context["adminform"]}
-    assert fieldsets["Matching"] == ("scope", "methods", "count_statuses")
+    assert fieldsets["Matching"] == ("scope", "methods", "count_statuses", "cost_header")
     assert fieldsets["Limit"] == (
         "key_kind",
         "key_arg",

@@ -7,9 +7,11 @@ from .deciding import block_levels, block_rules, inspect, reset_rules
 from .delays import serving
 from .explicit_keys import (
     ablock_key,
+    acharge_key,
     adecide_key,
     block_key,
     block_seconds,
+    charge_key,
     decide_key,
     refund_key,
     reset_key,
@@ -36,6 +38,7 @@ from .leases import (
 from .overrides import rule_for
 from .refunds import arefund_request, refund_request
 from .request_state import SPECS_ATTR, seen_by_middleware, state_of, under_middleware
+from .settlements import settle_request, view_failed
 
 __all__ = (
     "SPECS_ATTR",
@@ -43,6 +46,7 @@ __all__ = (
     "afailed",
     "afinish",
     "ablock_key",
+    "acharge_key",
     "adecide_key",
     "aenforce",
     "aenforce_unrouted",
@@ -55,6 +59,7 @@ __all__ = (
     "block_levels",
     "block_rules",
     "block_seconds",
+    "charge_key",
     "decide_key",
     "enforce",
     "enforce_unrouted",
@@ -73,6 +78,8 @@ __all__ = (
     "rule_for",
     "seen_by_middleware",
     "serving",
+    "settle_request",
     "state_of",
     "under_middleware",
+    "view_failed",
 )

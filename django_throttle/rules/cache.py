@@ -83,6 +83,7 @@ RULE_SETTINGS = (
     "scope",
     "methods",
     "count_statuses",
+    "cost_header",
     "key_kind",
     "key_arg",
     "limit",

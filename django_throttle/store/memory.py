@@ -137,13 +137,16 @@ class MemoryStore:
 
     def refund(self, checks: Sequence[Check], at: int = 0) -> None:
         """refund.lua's semantics: the decision's window, its log entries, what is left of the
-        bucket's time the decision took."""
+        bucket's time the decision took; a negative cost charges (_charge)."""
         with self._lock:
             now = self._clock()
             moment = at or now
             for check in checks:
                 rule = check.rule
                 key = state_key(rule, check.identity)
+                if check.cost < 0:
+                    self._charge(rule, key, now, -check.cost)
+                    continue
                 entry = self._state.get(key)
                 if entry is None or entry[1] <= now:
                     continue
@@ -172,6 +175,34 @@ class MemoryStore:
                         del self._state[key]
                     else:
                         entry[0], entry[1] = back, back
+
+    def _charge(self, rule: CompiledRule, key: str, now: int, cost: int) -> None:
+        """refund.lua's charge: ``cost`` units more, counted now, even past the limit."""
+        algorithm = rule.algorithm
+        stored = self._get(key, now)
+        if algorithm == Algorithm.FIXED_WINDOW:
+            w, _starts, ends = _fixed_window(rule, now // US)
+            count = stored[1] if stored is not None and stored[0] == w else 0
+            self._set(key, (w, count + cost), now, ends * US - now)
+        elif algorithm == Algorithm.SLIDING_WINDOW_COUNTER:
+            period = rule.period * US
+            w = (now // US) // rule.period
+            cur = prev = 0
+            if stored is not None:
+                if stored[0] == w:
+                    cur, prev = stored[1], stored[2]
+                elif stored[0] == w - 1:
+                    prev = stored[1]
+            self._set(key, (w, cur + cost, prev), now, (w + 2) * period - now)
+        elif algorithm == Algorithm.SLIDING_WINDOW_LOG:
+            floor = now - rule.period * US
+            entries: list[tuple[int, int]] = stored or []
+            kept = [*entries[bisect_right(entries, (floor, math.inf)) :], (now, cost)]
+            kept.sort(key=_time)
+            self._set(key, kept, now, kept[-1][0] - now + rule.period * US)
+        elif algorithm in (Algorithm.TOKEN_BUCKET, Algorithm.LEAKY_BUCKET):
+            tat = max(stored or 0, now) + math.floor(cost * rule.period * US / rule.limit)
+            self._set(key, tat, now, tat - now)
 
     def block(self, checks: Sequence[Check], seconds: int) -> None:
         """block.lua's semantics: each check's client rejected under its rule for ``seconds``."""
