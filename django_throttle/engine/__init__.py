@@ -3,6 +3,7 @@ follows. The entry points use only what this package exports, never its modules.
 
 from __future__ import annotations
 
+from .bans import aenforce_bans, enforce_bans
 from .deciding import block_rules, inspect, reset_rules
 from .delays import serving
 from .explicit_keys import (
@@ -45,6 +46,7 @@ __all__ = (
     "ablock_key",
     "adecide_key",
     "aenforce",
+    "aenforce_bans",
     "aenforce_unrouted",
     "aenforce_view",
     "aevaluate",
@@ -56,6 +58,7 @@ __all__ = (
     "block_seconds",
     "decide_key",
     "enforce",
+    "enforce_bans",
     "enforce_unrouted",
     "enforce_view",
     "evaluate",
