@@ -67,7 +67,7 @@ def test_a_ban_comes_before_every_rule_with_no_store_call(client: Client, store_
 @pytest.mark.parametrize(
     ("key", "inside", "outside"),
     [
-        ("ip:203.0.113.0/24", ("203.0.113.1", "203.0.113.254"), ("203.0.112.255", "203.0.114.0")),
+        ("ip:192.0.2.0/24", ("192.0.2.1", "192.0.2.254"), ("192.0.1.255", "192.0.3.0")),
         ("ip:2001:db8::/48", ("2001:db8::1", "2001:db8:0:ffff::9"), ("2001:db8:1::1", "::1")),
         # One IPv6 address: clients are keyed by their /64, so its /64 is banned.
         ("ip:2001:db8:7:7::1", ("2001:db8:7:7::2",), ("2001:db8:7:8::1",)),
@@ -397,3 +397,34 @@ def test_dashboard_ban_of_a_bad_key_is_a_message_not_an_error(admin_client: Clie
     assert response.status_code == 200
     assert "is not an IP address" in response.content.decode()
     assert not Ban.objects.exists()
+
+
+# -- writes around save() ----------------------------------------------------------------------
+
+
+def test_bulk_writes_validate_and_normalize_like_save() -> None:
+    from django.core.exceptions import ValidationError
+
+    with pytest.raises(ValidationError):
+        Ban.objects.bulk_create([Ban(key="ip:203.0.113.7"), Ban(key="ip:nonsense")])
+    assert not Ban.objects.exists()
+    Ban.objects.bulk_create([Ban(key="ip:2001:db8::5")])
+    assert Ban.objects.get().key == "ip:2001:db8::/64"
+    with pytest.raises(ValidationError):
+        Ban.objects.update(key="user:")
+    assert Ban.objects.get().key == "ip:2001:db8::/64"
+
+
+def test_without_redis_the_version_moves_with_every_ban_write() -> None:
+    from django_throttle.rules import DatabaseVersion
+
+    version = DatabaseVersion()
+    seen = [version.read()]
+    ban = Ban.objects.create(key="ip:203.0.113.7")
+    seen.append(version.read())
+    ban.expires_at = timezone.now() + timedelta(hours=1)
+    ban.save()
+    seen.append(version.read())
+    ban.delete()
+    seen.append(version.read())
+    assert len(set(seen[1:])) == 3 and seen[1] != seen[0]
