@@ -29,7 +29,7 @@ GetResponse = Callable[[HttpRequest], Any]
 
 
 class ThrottleMiddleware:
-    """Refuses a banned client first, on every path. Decides in process_view, once the view (and so its URL name and @throttle scopes) is
+    """Decides in process_view, once the view (and so its URL name and @throttle scopes) is
     known; requests that never reach a view (404s, redirects) are decided on the way out
     under '*' and path rules."""
 
