@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from datetime import datetime
 from typing import Any, TypeVar
 
 from django.core.exceptions import ValidationError
@@ -49,6 +50,7 @@ from .statuses import HIGHEST, LOWEST, is_status_number, item_statuses, shown, s
 __all__ = (
     "Action",
     "Algorithm",
+    "Ban",
     "Dashboard",
     "FailMode",
     "KeyKind",
@@ -751,6 +753,103 @@ def keyed_address(text: str) -> str | None:
         if network.version == 6 and network.prefixlen == conf.IPV6_PREFIX:
             address = str(network)
     return address
+
+
+# -- bans ----------------------------------------------------------------------------------
+
+# The kinds a ban names a client by, as identities key them (ip takes networks too).
+BAN_KINDS = ("ip", "user", "header", "param")
+
+
+class BanQuerySet(ValidatedQuerySet["Ban"]):
+    pass
+
+
+class Ban(models.Model):
+    """A client refused everywhere (403) by ThrottleMiddleware, before any rule."""
+
+    key = models.CharField(
+        _("client key"),
+        max_length=255,
+        help_text=_(
+            "As the dashboard writes it: ip:203.0.113.7, a network ip:203.0.113.0/24 or "
+            "ip:2001:db8::/48, user:42, header:<value> or param:<value>."
+        ),
+    )
+    reason = models.TextField(_("reason"), blank=True)
+    expires_at = models.DateTimeField(
+        _("expires"),
+        null=True,
+        blank=True,
+        help_text=_("When this ban stops applying. Empty: never."),
+    )
+    created_at = models.DateTimeField(_("created"), auto_now_add=True)
+    # What processes without Redis watch to see a ban changed (DatabaseVersion).
+    updated_at = models.DateTimeField(_("updated"), auto_now=True)
+
+    objects = BanQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "key"]
+        verbose_name = _("ban")
+        verbose_name_plural = _("bans")
+        constraints = [models.UniqueConstraint(fields=["key"], name="django_throttle_one_ban")]
+
+    def __str__(self) -> str:
+        return self.key
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        self.full_clean()
+        super().save(*args, **kwargs)
+
+    def clean(self) -> None:
+        try:
+            self.key = Ban.keyed(self.key or "")
+        except ValueError as exc:
+            raise ValidationError({"key": str(exc)}) from None
+
+    @staticmethod
+    def keyed(key: str) -> str:
+        """The key as the ban index reads it (an address as identities key it, a network in
+        its canonical spelling); raise ValueError saying what is wrong with it."""
+        key = key.strip()
+        kind, colon, value = key.partition(":")
+        value = value.strip()
+        if not colon or kind not in BAN_KINDS or not value:
+            raise ValueError(
+                gettext(
+                    "Write the key as the dashboard does: ip:203.0.113.7, a network "
+                    "ip:203.0.113.0/24, user:42, header:<value> or param:<value>."
+                )
+            )
+        if kind != "ip":
+            return f"{kind}:{value}"
+        if "/" not in value:
+            address = keyed_address(value)
+            if address is None:
+                raise ValueError(gettext("%(v)r is not an IP address.") % {"v": value})
+            return "ip:" + address
+        try:
+            network = ipaddress.ip_network(value, strict=False)
+        except ValueError:
+            raise ValueError(
+                gettext("%(v)r is not an IP network (write e.g. 203.0.113.0/24).") % {"v": value}
+            ) from None
+        if network.version == 4 and network.prefixlen == 32:
+            return f"ip:{network.network_address}"
+        if network.version == 6 and network.prefixlen > conf.IPV6_PREFIX:
+            # Clients are keyed by their IPv6 network: a narrower ban could never match one.
+            raise ValueError(
+                gettext(
+                    "IPv6 clients are told apart by their /%(n)d network: ban that network "
+                    "or a wider one."
+                )
+                % {"n": conf.IPV6_PREFIX}
+            )
+        return f"ip:{network}"
+
+    def in_force(self, now: datetime | None = None) -> bool:
+        return self.expires_at is None or self.expires_at > (now or timezone.now())
 
 
 # -- the rejection log -----------------------------------------------------------------

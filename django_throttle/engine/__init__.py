@@ -3,6 +3,7 @@ follows. The entry points use only what this package exports, never its modules.
 
 from __future__ import annotations
 
+from .bans import aenforce_bans, enforce_bans
 from .deciding import block_levels, block_rules, inspect, reset_rules
 from .delays import serving
 from .explicit_keys import (
@@ -49,6 +50,7 @@ __all__ = (
     "acharge_key",
     "adecide_key",
     "aenforce",
+    "aenforce_bans",
     "aenforce_unrouted",
     "aenforce_view",
     "aevaluate",
@@ -62,6 +64,7 @@ __all__ = (
     "charge_key",
     "decide_key",
     "enforce",
+    "enforce_bans",
     "enforce_unrouted",
     "enforce_view",
     "evaluate",
