@@ -1,6 +1,7 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from django_throttle.views import status
 from tests import views
 
 app_patterns = (
@@ -37,6 +38,7 @@ urlpatterns = [
     path("late-check/", views.late_check, name="late-check"),
     path("delayed/", views.delayed, name="delayed"),
     path("store-now/", views.store_now, name="store-now"),
+    path("throttle/status/", status, name="throttle-status"),
 ]
 
 try:
