@@ -42,7 +42,7 @@ urlpatterns = [
 ]
 
 try:
-    from tests.drf_views import DefaultedAPI, DualAPI, OrdersAPI
+    from tests.drf_views import DecoratedAPI, DefaultedAPI, DualAPI, FreeAPI, OrdersAPI
 except ImportError:  # DRF is optional; its test is skipped without it
     pass
 else:
@@ -50,4 +50,13 @@ else:
         path("drf/orders/", OrdersAPI.as_view(), name="drf-orders-page"),
         path("drf/dual/", DualAPI.as_view(), name="drf-dual"),
         path("drf/defaulted/", DefaultedAPI.as_view(), name="drf-defaulted"),
+        path("drf/free/", FreeAPI.as_view(), name="drf-free"),
+        path("drf/decorated/<int:pk>/", DecoratedAPI.as_view(), name="drf-decorated"),
     ]
+
+try:
+    from tests.ninja_api import api as ninja_api
+except ImportError:  # django-ninja is optional; its tests are skipped without it
+    pass
+else:
+    urlpatterns += [path("ninja/", ninja_api.urls)]
