@@ -22,6 +22,7 @@ except ImportError as error:  # pragma: no cover - tested in a subprocess withou
         '"ninja" extra (django-throttle-rules[ninja])'
     ) from error
 
+from django.db import close_old_connections
 from django.http import HttpRequest, HttpResponse
 
 from ..conf import conf
@@ -80,11 +81,20 @@ class RuleThrottle(BaseThrottle):
         # An async operation: ninja calls throttles without awaiting them. Refreshing the
         # rules or reading a user's groups may query the database, which Django forbids on
         # the loop: the decision is made in a thread while the loop waits for it.
-        return runtime().part(Deciders).pool.submit(_evaluate, *args).result()
+        return runtime().part(Deciders).pool.submit(_in_thread, *args).result()
 
 
 def _evaluate(request: Any, specs: list[ScopeSpec], paths: bool, url_name: str | None) -> Decision:
     return evaluate(request, specs, paths=paths, url_name=url_name)
+
+
+def _in_thread(request: Any, specs: list[ScopeSpec], paths: bool, url_name: str | None) -> Decision:
+    try:
+        return _evaluate(request, specs, paths, url_name)
+    finally:
+        # No request ends in this thread, so nothing else would close what it opened (as
+        # Django does at a request's end: by CONN_MAX_AGE).
+        close_old_connections()
 
 
 class Deciders:
