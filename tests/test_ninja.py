@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from django_throttle.models import Override
+from django_throttle.signals import request_throttled
 from tests.helpers import rule, run
 from tests.redis_server import RedisServer
 from tests.served import ROOT, serving
@@ -93,6 +94,27 @@ def test_overrides_and_exemptions(django_capture_on_commit_callbacks: Any) -> No
     assert codes(client, "/items", 4) == [200, 200, 200, 429]  # the client's own limit
     exempt = [client.get("/items", **meta(address="198.51.100.9")) for _ in range(5)]
     assert [response.status_code for response in exempt] == [200] * 5
+
+
+def test_a_rejection_is_announced_and_remembered(store_calls: Any) -> None:
+    rule("api-level", "ninja-api", 1, algorithm="fixed_window", block_seconds=60)
+    sent: list[tuple[str, bool]] = []
+
+    def receiver(sender: Any, rule: str, shadow: bool, **kwargs: Any) -> None:
+        sent.append((rule, shadow))
+
+    request_throttled.connect(receiver)
+    try:
+        client = TestClient(api)
+        assert codes(client, "/items", 2) == [200, 429]
+        store_calls.decisions = 0
+        assert codes(client, "/items", 3) == [429] * 3
+    finally:
+        request_throttled.disconnect(receiver)
+    # The rejection log, the metrics and the signal hear of each rejection; the block cache
+    # answers the later ones without the store.
+    assert sent == [("api-level", False)] * 4
+    assert store_calls.decisions == 0
 
 
 def test_all_rules_of_a_request_in_one_store_call(store_calls: Any) -> None:
