@@ -33,7 +33,8 @@ def status(request: HttpRequest) -> JsonResponse:
     except ValueError as error:
         return _answer({"error": str(error)}, 400)
     probe = _probe(request, path, query, method)
-    rules, decision = preview(probe, _view_of(probe, request))
+    view = _view_of(probe, request)
+    rules, decision = preview(probe, view, view_scopes(view))
     if decision.unavailable:  # a fail-closed rule, the store down: the request would get a 503
         seconds = retry_after_seconds(decision)
         response = _answer(
@@ -98,6 +99,18 @@ def _view_of(probe: HttpRequest, request: HttpRequest) -> Any:
         return None  # unrouted: the path rules only, as the middleware decides a 404
     probe.resolver_match = match
     return match.func
+
+
+def view_scopes(view: Any) -> list[str]:
+    """The scopes a class-based view's throttle classes decide inside it: those of a throttle
+    that tells them (``view_scopes``, as contrib.drf.RuleThrottle does)."""
+    view_class = getattr(view, "cls", None) or getattr(view, "view_class", None)
+    scopes: list[str] = []
+    for throttle in getattr(view_class, "throttle_classes", None) or ():
+        told = getattr(throttle, "view_scopes", None)
+        if callable(told):
+            scopes += told(view_class)
+    return scopes
 
 
 def _entry(rule: CompiledRule, result: Result | None) -> dict[str, Any]:

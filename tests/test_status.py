@@ -63,6 +63,15 @@ def test_the_method_and_the_view_choose_the_rules(client: Any) -> None:
     assert [(e["limit"], e["remaining"]) for e in search.values()] == [(3, 3)]
 
 
+def test_a_drf_views_throttle_scope_is_listed(client: Any) -> None:
+    pytest.importorskip("rest_framework")
+    rule("orders", "drf-orders", 4)  # tests/drf_views.py OrdersAPI: RuleThrottle, "drf-orders"
+    assert client.get("/drf/orders/", REMOTE_ADDR=ADDRESS).status_code == 200
+    entries = rules_of(client, path="/drf/orders/")
+    assert (entries["orders"]["limit"], entries["orders"]["remaining"]) == (4, 3)
+    assert rules_of(client, path="/drf/free/") == {}  # no RuleThrottle among its classes
+
+
 def test_the_identity_is_the_callers_own(client: Any, settings: Any) -> None:
     settings.DJANGO_THROTTLE = {**settings.DJANGO_THROTTLE, "TRUSTED_PROXIES": 1}
     rule("per-ip", "/api/", 5, algorithm="fixed_window")

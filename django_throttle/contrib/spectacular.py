@@ -1,8 +1,7 @@
 """drf-spectacular: ``document_limits``, a postprocessing hook describing in the schema the
 limits of every operation a rule, a ``@throttle`` or the DRF ``RuleThrottle`` covers.
 
-drf-spectacular calls the hook (settings name it); this module imports DRF, as contrib.drf does,
-and not drf-spectacular itself.
+drf-spectacular calls the hook (settings name it); this module imports neither it nor DRF.
 """
 
 from __future__ import annotations
@@ -11,7 +10,7 @@ from typing import Any
 
 from django.urls import Resolver404, resolve
 
-from .drf import RuleThrottle
+from ..views import view_scopes
 from .openapi import concrete_path, document_schema
 
 
@@ -23,15 +22,10 @@ def document_limits(result: dict[str, Any], generator: Any, request: Any, public
 
 
 def _throttle_scopes(path: str, method: str, operation: dict[str, Any]) -> list[str]:
-    """The ``throttle_scope`` of the operation's view when RuleThrottle is among its throttle
-    classes."""
+    """The scopes the operation's view's throttle classes decide (a DRF RuleThrottle's
+    ``throttle_scope``)."""
     try:
         view = resolve(concrete_path(path)).func
     except Resolver404:
         return []
-    view_class = getattr(view, "cls", None)
-    throttles = getattr(view_class, "throttle_classes", ())
-    if not any(isinstance(t, type) and issubclass(t, RuleThrottle) for t in throttles):
-        return []
-    scope = getattr(view_class, RuleThrottle.scope_attr, None)
-    return [scope] if scope else []
+    return view_scopes(view)

@@ -69,11 +69,15 @@ async def aevaluate(
     return settle(request, gathered, decision, dry_run)
 
 
-def preview(request: Any, view_func: Any = None) -> tuple[list[CompiledRule], Decision]:
-    """What ThrottleMiddleware would meet for this request: the rules that apply to its client
-    (overrides and exemptions applied) and their state, in one store call that consumes
-    nothing; kept on no request, announced to no one."""
+def preview(
+    request: Any, view_func: Any = None, scopes: Iterable[str] = ()
+) -> tuple[list[CompiledRule], Decision]:
+    """What ThrottleMiddleware, and the view's throttles deciding ``scopes``, would meet for
+    this request: the rules that apply to its client (overrides and exemptions applied) and
+    their state, in one store call that consumes nothing; kept on no request, announced to
+    no one."""
     specs = view_specs(view_func) if view_func is not None else []
+    specs = [*specs, *(ScopeSpec(scope, None, 1) for scope in scopes)]
     gathered = gather(request, specs, paths=True, url_name=_url_name(request), dry_run=True)
     decision = gathered.early or decide(gathered.checks, True, gathered.blocked)
     return [check.rule for check in gathered.checks], decision
