@@ -257,12 +257,13 @@ def test_document_limits_describes_covered_operations_only(
 # -- without the extra ----------------------------------------------------------------------
 
 
-def test_the_package_imports_without_django_ninja() -> None:
+def test_the_package_imports_without_django_ninja_drf_or_spectacular() -> None:
     code = (
-        "import sys; sys.modules['ninja'] = None\n"
+        "import sys\n"
+        "for name in ('ninja', 'rest_framework', 'drf_spectacular'): sys.modules[name] = None\n"
         "import django; from django.conf import settings\n"
         "settings.configure(INSTALLED_APPS=['django_throttle']); django.setup()\n"
-        "import django_throttle, django_throttle.contrib.openapi\n"
+        "import django_throttle, django_throttle.views, django_throttle.contrib.spectacular\n"
         "try:\n"
         "    import django_throttle.contrib.ninja\n"
         "except ImportError as error:\n"
