@@ -10,11 +10,13 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponse
 
 from .engine import (
+    aenforce_bans,
     aenforce_view,
     afailed,
     arelease_after_threads,
     arespond,
     begin,
+    enforce_bans,
     enforce_view,
     failed,
     respond,
@@ -44,9 +46,12 @@ class ThrottleMiddleware:
     def __call__(self, request: HttpRequest) -> Any:
         if self.is_async:
             return self.__acall__(request)
-        # The request's state; this thread counted among the server's (MAX_DELAYED).
+        # The request's state and its client; this thread counted among the server's
+        # (MAX_DELAYED).
         threads = begin(request)
         try:
+            if (banned := enforce_bans(request)) is not None:
+                return banned  # before any rule, whatever the path
             try:
                 response = self.get_response(request)
             except BaseException as error:
@@ -62,6 +67,8 @@ class ThrottleMiddleware:
 
     async def __acall__(self, request: HttpRequest) -> Any:
         begin(request, in_thread=False)
+        if (banned := await aenforce_bans(request)) is not None:
+            return banned
         get_response: Callable[[HttpRequest], Awaitable[Any]] = self.get_response
         try:
             response = await get_response(request)

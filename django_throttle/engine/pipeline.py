@@ -48,6 +48,7 @@ from .request_state import (
     forget_taken,
     state_of,
 )
+from .settlements import asettle_cost, settle_cost, view_failed
 
 logger = logging.getLogger("django_throttle")
 
@@ -145,10 +146,16 @@ async def aadmit(
 
 
 def evaluate(
-    request: Any, specs: Iterable[ScopeSpec] = (), *, cost: int | None = None, dry_run: bool = False
+    request: Any,
+    specs: Iterable[ScopeSpec] = (),
+    *,
+    paths: bool = False,
+    url_name: str | None = None,
+    cost: int | None = None,
+    dry_run: bool = False,
 ) -> Decision:
     """Decide a request against what applies to it (sync)."""
-    asked = Asked(specs, cost=cost, dry_run=dry_run)
+    asked = Asked(specs, paths, url_name, cost, dry_run)
     parts = current.runtime.part(Parts)
     gathered = gather(request, asked, parts)
     decision = gathered.early or decide(gathered.checks, dry_run, gathered.blocked, parts.store)
@@ -170,22 +177,43 @@ async def aevaluate(
     )
 
 
+def preview(
+    request: Any, view_func: Any = None, scopes: Iterable[str] = ()
+) -> tuple[list[CompiledRule], Decision]:
+    """What ThrottleMiddleware, and the view's throttles deciding ``scopes``, would meet for
+    this request: the rules that apply to its client (overrides and exemptions applied) and
+    their state, in one store call that consumes nothing; kept on no request, announced to
+    no one."""
+    asked = _asked_by_view(request, view_func)
+    specs = [*asked.specs, *(ScopeSpec(scope, None, 1) for scope in scopes)]
+    parts = current.runtime.part(Parts)
+    gathered = gather(request, asked._replace(specs=specs, dry_run=True), parts)
+    decision = gathered.early or decide(gathered.checks, True, gathered.blocked, parts.store)
+    return [check.rule for check in gathered.checks], decision
+
+
 def finish(request: Any, response: Any) -> Any:
     """Give back what the rules that do not count the response's status took, and write the
     rate-limit headers of the request's decisions on a response that has none: our own 429s
     have them; a view's response, or a 429 of DRF's, does not. Concurrency leases end when
     the response is closed (a streaming one: once streamed)."""
     state = _state(request)
-    if state.by_status and state.taken and isinstance(response, HttpResponseBase):
-        count_outcome(state, response.status_code)
+    if state.taken and isinstance(response, HttpResponseBase):
+        if state.by_response:
+            count_outcome(state, response.status_code)
+        if state.by_response or state.actual or response.streaming:
+            settle_cost(request, state, response)  # a cost known after the response
     return _written(request, state, _parts(state), response)
 
 
 async def afinish(request: Any, response: Any) -> Any:
     """finish() on an event loop: the give-back never blocks it."""
     state = _state(request)
-    if state.by_status and state.taken and isinstance(response, HttpResponseBase):
-        await acount_outcome(state, response.status_code)
+    if state.taken and isinstance(response, HttpResponseBase):
+        if state.by_response:
+            await acount_outcome(state, response.status_code)
+        if state.by_response or state.actual or response.streaming:
+            await asettle_cost(request, state, response)
     return _written(request, state, _parts(state), response)
 
 
@@ -193,11 +221,13 @@ def failed(request: Any, error: BaseException) -> None:
     """The view raised: no response will be closed. What the rules that do not count the
     status Django answers with (500, or 404, 403, 400) took is given back; the leases end."""
     count_outcome(state_of(request), failed_status(error))
+    view_failed(request)
     release_leases(request)
 
 
 async def afailed(request: Any, error: BaseException) -> None:
     await acount_outcome(state_of(request), failed_status(error))
+    view_failed(request)
     await arelease_leases(request)
 
 
@@ -377,7 +407,7 @@ def _address(client: Client, parts: Parts) -> str:
     return address
 
 
-def _param(request: Any, name: str) -> str:
+def param_value(request: Any, name: str) -> str:
     """The value a view reads: a form post's body first (a query string added to a POST
     must not choose the counter), else the query string. Missing or empty counts as the
     value "" (one counter shared by every request without it), so leaving the parameter
@@ -395,7 +425,8 @@ def _param(request: Any, name: str) -> str:
     return str(request.GET.get(name) or "")
 
 
-def _user_pk(request: Any) -> str | None:
+def user_pk(request: Any) -> str | None:
+    """The primary key of the request's user, None when anonymous."""
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
         return None
@@ -418,7 +449,7 @@ def identity(rule: CompiledRule, client: Client, parts: Parts) -> str | None:
         if kind != _IP:
             pk = client.user
             if pk is UNREAD_USER:
-                pk = client.user = _user_pk(client.request)
+                pk = client.user = user_pk(client.request)
             if pk is not None:
                 return "user:" + pk
             if kind == _USER:
@@ -429,7 +460,7 @@ def identity(rule: CompiledRule, client: Client, parts: Parts) -> str | None:
         value = request.META.get(rule.header_meta_key)
         return None if value is None or value == "" else "header:" + value
     if kind == _PARAM:
-        return "param:" + _param(request, rule.key_arg)
+        return "param:" + param_value(request, rule.key_arg)
     if kind == _CUSTOM:
         assert rule.key_function is not None
         value = rule.key_function(request)
@@ -598,17 +629,17 @@ def settle(
         return decision
     if gathered.checks or decision.unavailable:
         state = gathered.state
-        by_status = state.by_status
+        by_response = state.by_response
         for result in decision.results:
             rule = result.rule
             state.counted[rule.state_prefix] = result
             if decision.allowed and result.allowed:
                 state.taken[rule.state_prefix] = result
-                if rule.count_statuses is not None:
-                    by_status = True
+                if rule.count_statuses is not None or rule.cost_header:
+                    by_response = True
                 if rule.algorithm == _CONCURRENCY:
                     state.leases.append(result)
-        state.by_status = by_status
+        state.by_response = by_response
         if decision.rule is not None:
             state.shown = _shown(state.shown, decision)
         announce(request, decision, parts)

@@ -141,7 +141,8 @@ class RequestState:
     """Every decision made for the request, and the result of each rule that counted it."""
 
     __slots__ = (
-        "by_status",
+        "actual",
+        "by_response",
         "client",
         "counted",
         "decided_specs",
@@ -150,6 +151,7 @@ class RequestState:
         "parts",
         "paths_decided",
         "release_armed",
+        "settled",
         "shown",
         "taken",
     )
@@ -163,9 +165,10 @@ class RequestState:
         self.taken: dict[str, Result] = {}
         self.leases: list[Result] = []
         self.release_armed = False
-        # A rule that took something counts only some statuses (count_statuses): the
-        # response's status is looked at (outcomes.py).
-        self.by_status = False
+        # A rule that took something looks at the response: counts only some statuses
+        # (count_statuses, outcomes.py) or reads its cost from a header (cost_header,
+        # settlements.py).
+        self.by_response = False
         # The decision whose figures the response shows: the first rejection, else the most
         # constrained (fewest remaining; ties go to the later reset).
         self.shown: Decision | None = None
@@ -174,8 +177,12 @@ class RequestState:
         self.decided_specs: set[int] = set()
         self.middleware = False  # ThrottleMiddleware is in the chain: it writes the headers
         self.paths_decided = False  # the path rules were decided before the view
+        # settle(): the request's actual cost by rule (state prefix), applied once when the
+        # response ends (settled).
+        self.actual: dict[str, int] = {}
+        self.settled = False
         # What the middleware's hooks use of the runtime, and the client as identified when
-        # the request came in: the path rules' decision counts it (begin()).
+        # the request came in: the ban check and the path rules' decision use it (begin()).
         self.parts: Parts | None = None
         self.client: Client | None = None
 
