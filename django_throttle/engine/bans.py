@@ -14,7 +14,7 @@ from ..rejection_log import REJECT, rejection_log
 from ..responses import banned_response
 from ..rules.bans import BanIndex
 from .pipeline import param_value, user_pk
-from .request_state import ATTR, UNREAD_USER, Client, RequestState
+from .request_state import ATTR, UNREAD_USER, Client, Parts, RequestState
 
 logger = logging.getLogger("django_throttle")
 
@@ -25,16 +25,16 @@ def enforce_bans(request: Any) -> HttpResponse | None:
     """The 403 if the request's client is banned, else None (ThrottleMiddleware, after
     begin(), before the view): the client as begin() identified it, the bans loaded with the
     rules."""
-    state = _began(request)
-    bans = state.parts.rules.get().bans  # type: ignore[union-attr]
+    parts, client = _began(request)
+    bans = parts.rules.get().bans
     if bans is None:
         return None
-    return _answer(request, _banned(state.client, bans, UNREAD_USER))
+    return _answer(request, _banned(client, bans, UNREAD_USER))
 
 
 async def aenforce_bans(request: Any) -> HttpResponse | None:
-    state = _began(request)
-    cache = state.parts.rules  # type: ignore[union-attr]
+    parts, client = _began(request)
+    cache = parts.rules
     rules = cache.fresh()
     if rules is None:  # a refresh may read the database, which the event loop must not
         rules = await sync_to_async(cache.get)()
@@ -47,18 +47,18 @@ async def aenforce_bans(request: Any) -> HttpResponse | None:
         auser = getattr(request, "auser", None)
         found = await auser() if auser is not None else None
         user = str(found.pk) if found is not None and found.is_authenticated else None
-    return _answer(request, _banned(state.client, bans, user))
+    return _answer(request, _banned(client, bans, user))
 
 
-def _began(request: Any) -> RequestState:
-    """The request's state as begin() left it: its parts and its client known."""
+def _began(request: Any) -> tuple[Parts, Client]:
+    """What begin() left on the request: the runtime's parts and the client."""
     state: RequestState = getattr(request, ATTR)
-    return state
+    assert state.parts is not None and state.client is not None  # begin() made them
+    return state.parts, state.client
 
 
-def _banned(client: Client | None, bans: BanIndex, user: str | None) -> str | None:
+def _banned(client: Client, bans: BanIndex, user: str | None) -> str | None:
     """The identity under which the request's client is banned, or None."""
-    assert client is not None  # begin() identified it
     request = client.request
     lookup = bans.current(time.time())
     if lookup.networks:
