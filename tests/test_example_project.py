@@ -129,6 +129,19 @@ def get_json(port: int, path: str) -> tuple[int, Any, Any]:
         connection.close()
 
 
+def post_json(port: int, path: str, data: Any) -> tuple[int, Any, Any]:
+    """The status, headers and JSON body of a POST of ``data`` as JSON."""
+    connection = HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        connection.request(
+            "POST", path, json.dumps(data), headers={"Content-Type": "application/json"}
+        )
+        response = connection.getresponse()
+        return response.status, response.msg, json.loads(response.read())
+    finally:
+        connection.close()
+
+
 @pytest.mark.slow
 def test_the_demo_serves_its_status_endpoint_ninja_api_and_schemas(
     demo: tuple[int, dict[str, str]],
@@ -150,6 +163,12 @@ def test_the_demo_serves_its_status_endpoint_ninja_api_and_schemas(
     limits = ninja["/ninja/items"]["get"]["x-ratelimit"]
     assert {"name": "ninja", "limit": 30, "period": 60} in limits
     assert "Retry-After" in ninja["/ninja/items"]["get"]["responses"]["429"]["headers"]
+
+    status, headers, answer = post_json(
+        port, "/graphql/", {"query": "{ items(first: 20) { id name } }"}
+    )
+    assert status == 200 and len(answer["data"]["items"]) == 20
+    assert headers["RateLimit"].startswith('"graphql";r=459;')  # 500 - (1 + 20 x 2)
 
     drf = get_json(port, "/api/schema/?format=json")[2]["paths"]
     orders = drf["/orders/"]["get"]
