@@ -21,6 +21,7 @@ import pytest
 from django.core.management import call_command
 
 from django_throttle.models import Rule
+from tests.external import SPECTRAL, require
 from tests.served import demo_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -140,6 +141,46 @@ def post_json(port: int, path: str, data: Any) -> tuple[int, Any, Any]:
         return response.status, response.msg, json.loads(response.read())
     finally:
         connection.close()
+
+
+def spectral(schema: dict[str, Any], tmp_path: Path) -> list[dict[str, Any]]:
+    """What Spectral's OWASP rate-limit rules (tests/spectral/rate-limits.yaml) find in a schema."""
+    path = tmp_path / "schema.json"
+    path.write_text(json.dumps(schema))
+    ruleset = ROOT / "tests" / "spectral" / "rate-limits.yaml"
+    report = tmp_path / "findings.json"
+    done = subprocess.run(
+        [str(SPECTRAL), "lint", "-r", str(ruleset), "-f", "json", "-o", str(report), str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode in (0, 1), done.stdout + done.stderr  # 1: it found something
+    found: list[dict[str, Any]] = json.loads(report.read_text())
+    return found
+
+
+@pytest.mark.slow
+def test_the_demo_s_schemas_pass_the_owasp_rate_limit_rules(
+    demo: tuple[int, dict[str, str]], tmp_path: Path
+) -> None:
+    require("spectral")
+    port, _ = demo
+    for url in ("/api/schema/?format=json", "/ninja/openapi.json"):
+        schema = get_json(port, url)[2]
+        covered = [
+            (path, method)
+            for path, item in schema["paths"].items()
+            for method, operation in item.items()
+            if isinstance(operation, dict) and "x-ratelimit" in operation
+        ]
+        assert covered, url
+        assert spectral(schema, tmp_path) == [], url
+        # The rules do look: an operation without its 429 is found out.
+        path, method = covered[0]
+        del schema["paths"][path][method]["responses"]["429"]
+        codes = {finding["code"] for finding in spectral(schema, tmp_path)}
+        assert "owasp:api4:2023-rate-limit-responses-429" in codes, url
 
 
 @pytest.mark.slow
