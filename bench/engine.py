@@ -23,14 +23,10 @@ RACE_PROCS, RACE_ATTEMPTS, RACE_LIMIT = 8, 40, 50
 
 
 def available(name: str) -> bool:
-    """Ours, or a peer whose package is installed (bench/run installs them all)."""
-    dist = {
-        "limits": "limits",
-        "django-ratelimit": "django-ratelimit",
-        "DRF": "djangorestframework",
-    }
-    peer = dist.get(name.split()[0])
-    return peer is None or harness.version(peer) != "not installed"
+    """Ours, or a peer whose package is installed (bench/floor installs them all)."""
+    first = name.split()[0]
+    dist = "djangorestframework" if first == "DRF" else first
+    return first == "django-throttle" or harness.version(dist) != "not installed"
 
 
 def setup(url: str, migrate: bool = False) -> None:
@@ -116,13 +112,8 @@ def latency_cases(url: str, n_clients: int) -> list[Case]:
                 lambda i: request(addrs[i % n_clients]),
             )
         )
-    for name, n in (
-        ("limits FixedWindow", 1),
-        ("limits FixedWindow", 3),
-        ("django-ratelimit", 1),
-        ("django-ratelimit", 3),
-        ("DRF AnonRateThrottle", 1),
-    ):
+    peers = [("limits FixedWindow", 1), ("limits FixedWindow", 3), ("django-ratelimit", 1)]
+    for name, n in [*peers, ("django-ratelimit", 3), ("DRF AnonRateThrottle", 1)]:
         if not available(name):
             continue
         op = contender(name, url, f"lat{n}", PEER_RATES[:n])
@@ -207,40 +198,22 @@ AGAINST_LIMITS = (
 
 
 def report_against_limits(cases: list[Case]) -> None:
-    medians = {c.name: c.median_us for c in cases}
-    rows = []
+    medians, rows = {c.name: c.median_us for c in cases}, []
     for ours, theirs, target in AGAINST_LIMITS:
         mine, peer = medians[ours], medians.get(theirs)
-        if peer is None:
-            rows.append(
-                (ours, f"{mine:.1f}", theirs, "-", "-", f"≤ {target:.2f}x", "limits not installed")
-            )
-            continue
-        ratio = mine / peer
-        verdict = "met" if ratio <= target else "not met"
-        rows.append(
-            (
-                ours,
-                f"{mine:.1f}",
-                theirs,
-                f"{peer:.1f}",
-                f"{ratio:.2f}x",
-                f"≤ {target:.2f}x",
-                verdict,
-            )
-        )
+        row = [ours, f"{mine:.1f}", theirs, "-", "-", f"≤ {target:.2f}x", "limits not installed"]
+        if peer is not None:
+            row[3:5] = f"{peer:.1f}", f"{mine / peer:.2f}x"
+            row[6] = "met" if mine / peer <= target else "not met"
+        rows.append(row)
     harness.table(("ours", "µs", "limits", "µs", "ours / limits", "target", "verdict"), rows)
 
 
 def report_latency(cases: list[Case]) -> None:
-    raw = cases[0].median_us
-    rows = []
+    raw, rows = cases[0].median_us, []
     for c in cases:
-        ratio = c.median_us / raw
-        target = TARGETS.get(c.name)
-        verdict = (
-            "" if target is None else f"≤ {target:.1f}x: {'met' if ratio <= target else 'not met'}"
-        )
+        ratio, target = c.median_us / raw, TARGETS.get(c.name)
+        verdict = f"≤ {target:.1f}x: {'met' if ratio <= target else 'not met'}" if target else ""
         rows.append((c.name, f"{c.median_us:.1f}", f"{c.p99_us:.1f}", f"{ratio:.2f}x", verdict))
     harness.table(("case", "median µs", "p99 µs", "/ raw EVALSHA", "target"), rows)
 
@@ -267,12 +240,8 @@ def memory_rows(url: str) -> list[tuple[Any, ...]]:
 
     admin = redis.Redis.from_url(url, decode_responses=True)
     names = [f"django-throttle {a}" for a in harness.algorithms()]
-    names += [
-        "limits FixedWindow",
-        "limits MovingWindow",
-        "django-ratelimit",
-        "DRF AnonRateThrottle",
-    ]
+    names += ["limits FixedWindow", "limits MovingWindow", "django-ratelimit"]
+    names += ["DRF AnonRateThrottle"]
     r = request("198.51.100.7")
     rows = []
     for name in filter(available, names):

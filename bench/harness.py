@@ -77,17 +77,19 @@ def configure_django(
     redis_url: str,
     apps: Sequence[str] = (),
     migrate: bool = False,
-    database: str = ":memory:",
+    database: str | dict[str, Any] = ":memory:",
     **settings: Any,
 ) -> None:
     """Django configured in the process: SQLite in memory, a django-redis cache on the bench's
     server, django_throttle on Redis with a 1 s timeout (a stall of a shared machine must not
     abort a run; any timeout costs the same per call). ``database``: another SQLite name, e.g.
-    ``file:x?mode=memory&cache=shared``, one in-memory database for every thread."""
+    ``file:x?mode=memory&cache=shared``, one in-memory database for every thread, or the
+    settings of another database."""
     import django
     from django.conf import settings as django_settings
 
     throttle = {"BACKEND": "redis", "TIMEOUT": 1.0, "CONNECT_TIMEOUT": 1.0, "RULES_REFRESH": 3600.0}
+    sqlite = {"ENGINE": "django.db.backends.sqlite3", "NAME": database}
     throttle.update(settings.pop("DJANGO_THROTTLE", {}))
     django_settings.configure(
         DEBUG=False,
@@ -95,7 +97,7 @@ def configure_django(
         USE_TZ=True,
         ALLOWED_HOSTS=["*"],
         INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", *apps],
-        DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": database}},
+        DATABASES={"default": database if isinstance(database, dict) else sqlite},
         CACHES={"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": redis_url}},
         DJANGO_THROTTLE=throttle,
         **settings,
@@ -140,15 +142,6 @@ def plain_view() -> Callable[[Any], Any]:
     return plain
 
 
-def wsgi_app(middleware: Sequence[str]) -> Any:
-    """Django's WSGIHandler with this middleware: it builds its chain from the settings of now."""
-    from django.conf import settings
-    from django.core.handlers.wsgi import WSGIHandler
-
-    settings.MIDDLEWARE = list(middleware)
-    return WSGIHandler()
-
-
 # -- requests through Django's WSGI handler ---------------------------------------------------
 
 
@@ -191,11 +184,12 @@ def create_rules(rules: Sequence[tuple[str, str, int, str]]) -> None:
         )
 
 
-def make_rule(id: int, algorithm: str, limit: int, period: int = HOUR) -> Any:
+def make_rule(id: int, algorithm: str, limit: int, period: int = HOUR, **fields: Any) -> Any:
     """A compiled rule without the database, as the rule cache builds one."""
     from django_throttle.compiled import build_rule
 
-    return build_rule(id=id, name=f"bench-{id}", algorithm=algorithm, limit=limit, period=period)
+    name = f"bench-{id}"
+    return build_rule(id=id, name=name, algorithm=algorithm, limit=limit, period=period, **fields)
 
 
 def algorithms() -> list[str]:
@@ -213,31 +207,6 @@ def addresses(n: int, prefix: str = "198.18") -> list[str]:
 # -- the example project under gunicorn -------------------------------------------------------
 
 
-def project_env(workdir: str | os.PathLike[str], settings: str, redis_url: str) -> dict[str, str]:
-    """The environment of example_project's commands and server: the settings module
-    ``settings`` (written by the caller into ``workdir``), Redis at ``redis_url``; the
-    caller's DJANGO_, REDIS_ and DEMO_ variables left out."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "REDIS_", "DEMO_"))}
-    env.update(
-        DJANGO_SETTINGS_MODULE=settings,
-        PYTHONPATH=os.pathsep.join([str(workdir), ROOT]),
-        REDIS_URL=redis_url,
-    )
-    return env
-
-
-def manage(env: dict[str, str], *command: str) -> None:
-    """``manage.py <command>`` of the example project."""
-    subprocess.run(
-        [sys.executable, "manage.py", *command],
-        cwd=ROOT,
-        env=env,
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-
-
 def http_get(port: int, path: str, timeout: float = 30.0) -> int:
     """The status of one GET on a new connection; -1 without an HTTP answer."""
     conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
@@ -253,17 +222,20 @@ def http_get(port: int, path: str, timeout: float = 30.0) -> int:
 
 
 class Gunicorn:
-    """gunicorn in a session of its own, so that its workers stop with it."""
+    """The example project under gunicorn (``workers`` processes of ``threads`` threads), in a
+    session of its own, so that its workers stop with it."""
 
     def __init__(
-        self, env: dict[str, str], log: str | os.PathLike[str], workers: int, threads: int
+        self, env: dict[str, str], log: str | os.PathLike[str], workers: int, threads: int = 0
     ) -> None:
         self.env, self.log, self.port = env, log, free_port()
-        self.args = [sys.executable, "-m", "gunicorn", "example_project.wsgi:application"]
-        self.args += ["--bind", f"{HOST}:{self.port}", "--workers", str(workers)]
-        self.args += ["--worker-class", "gthread", "--threads", str(threads), "--timeout", "30"]
-        self.args += ["--graceful-timeout", "5", "--error-logfile", "-"]
+        self.args = [sys.executable, "-m", *self.command(workers, threads)]
         self.proc: subprocess.Popen[bytes] | None = None
+
+    def command(self, workers: int, threads: int) -> list[str]:
+        args = ["gunicorn", "example_project.wsgi:application", "--bind", f"{HOST}:{self.port}"]
+        args += ["--workers", str(workers), "--worker-class", "gthread", "--threads", str(threads)]
+        return [*args, "--timeout", "30", "--graceful-timeout", "5", "--error-logfile", "-"]
 
     def start(self) -> None:
         with open(self.log, "ab") as log:
@@ -281,7 +253,7 @@ class Gunicorn:
             if http_get(self.port, "/", timeout=10) == 200:
                 return
             time.sleep(0.1)
-        raise RuntimeError(f"gunicorn did not start; see {self.log}")
+        raise RuntimeError(f"{self.args[2]} did not start; see {self.log}")
 
     def stop(self) -> None:
         proc, self.proc = self.proc, None
@@ -301,14 +273,10 @@ class Uvicorn(Gunicorn):
     """The example project's ASGI application (HTTP, and WebSockets through wsproto) under
     uvicorn with ``workers`` processes; ``threads`` is unused."""
 
-    def __init__(
-        self, env: dict[str, str], log: str | os.PathLike[str], workers: int, threads: int = 0
-    ) -> None:
-        super().__init__(env, log, workers, threads)
-        self.args = [sys.executable, "-m", "uvicorn", "example_project.asgi:application"]
-        self.args += ["--host", HOST, "--port", str(self.port), "--workers", str(workers)]
-        self.args += ["--ws", "wsproto", "--lifespan", "off", "--no-access-log"]
-        self.args += ["--timeout-graceful-shutdown", "5"]
+    def command(self, workers: int, threads: int) -> list[str]:
+        args = ["uvicorn", "example_project.asgi:application", "--host", HOST]
+        args += ["--port", str(self.port), "--workers", str(workers), "--ws", "wsproto"]
+        return [*args, "--lifespan", "off", "--no-access-log", "--timeout-graceful-shutdown", "5"]
 
 
 # -- timing -----------------------------------------------------------------------------------
