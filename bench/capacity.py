@@ -14,7 +14,7 @@ from typing import Any
 import harness
 from script import ALGORITHMS, Case, Rules, command, decide_case, measure
 
-from tests.redis_topology import cluster_port
+from tests import redis_topology
 
 CONNECTIONS = 16  # web processes, each waiting for its reply before it sends again
 IDENTITIES = 10_000  # distinct clients the load goes round
@@ -23,15 +23,6 @@ SPREAD_IDENTITIES = 100_000  # half addresses, half user ids
 SPREAD_RULES = 3
 SLOTS = 16384
 SATURATED = 0.9  # server CPU share from which the core counts as kept busy
-
-# The commands of limits' FixedWindow script (limits/resources/redis/lua_scripts/
-# incr_expire.lua), when the limits package is not installed to read it from: INCRBY, then
-# EXPIRE when the key is new. ARGV: expiry (s), amount.
-LIMITS_INCR_EXPIRE = """
-local n = redis.call('INCRBY', KEYS[1], ARGV[2])
-if n == tonumber(ARGV[2]) then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
-return n
-"""
 
 # The commands of rate-limiter-flexible's RateLimiterRedis script (lib/RateLimiterRedis.js):
 # SET NX EX (a new key at 0 with its expiry), INCRBY, PTTL; its TTL repair (EXPIRE when a
@@ -43,48 +34,40 @@ return {n, redis.call('PTTL', KEYS[1])}
 """
 
 
-def limits_source() -> tuple[str, str]:
-    """limits' FixedWindow script: from the package if installed, else the copy above."""
-    try:
-        from importlib.resources import files
+def limits_source() -> str:
+    """limits' FixedWindow script (INCRBY, then EXPIRE when the key is new), read from the
+    installed package (bench/requirements.txt)."""
+    from importlib.resources import files
 
-        path = files("limits.resources.redis.lua_scripts").joinpath("incr_expire.lua")
-        return path.read_text(), f"incr_expire.lua of limits {harness.version('limits')}"
-    except (ImportError, FileNotFoundError):
-        return LIMITS_INCR_EXPIRE, "limits is not installed: the copy in bench/capacity.py"
+    path = files("limits.resources.redis.lua_scripts").joinpath("incr_expire.lua")
+    return path.read_text()
 
 
 def reference_cases(admin: Any, addrs: list[str]) -> list[Case]:
-    source, origin = limits_source()
-    sha = admin.script_load(source)
-    # limits' key for a 10^9 per hour limit, and its ARGV: expiry, amount.
-    requests = [
-        command("EVALSHA", sha, 1, f"LIMITS:LIMITER/ip:{a}/1000000000/1/hour", 3600, 1)
-        for a in addrs
-    ]
-    floor = Case("`return 1`", [command("EVALSHA", admin.script_load("return 1"), 0)])
-    limits = Case("limits FixedWindow `hit()`'s script", requests)
-    print(f"limits' script: {origin}")
-    sha = admin.script_load(FLEXIBLE_INCR_TTL)
-    flexible = Case(
-        "rate-limiter-flexible RateLimiterRedis's commands",
-        [command("EVALSHA", sha, 1, f"rlflx:ip:{a}", 1, 3600) for a in addrs],
-    )
+    print(f"limits' script: incr_expire.lua of limits {harness.version('limits')}")
+    limits, flexible = admin.script_load(limits_source()), admin.script_load(FLEXIBLE_INCR_TTL)
     # Envoy's ratelimit (src/redis/fixed_cache_impl.go): INCRBY and EXPIRE per descriptor,
     # pipelined, no script; its key: domain, descriptor and the window's start.
-    envoy = Case(
-        "Envoy ratelimit's commands (INCRBY + EXPIRE, pipelined)",
-        [
-            command("INCRBY", f"domain_ip_{a}_1733097600", 1)
-            + command("EXPIRE", f"domain_ip_{a}_1733097600", 3600)
-            for a in addrs
-        ],
-        counted=("incrby", "expire"),
-    )
-    return [floor, limits, flexible, envoy]
-
-
-# -- a cluster of N masters -----------------------------------------------------------------
+    envoy = [f"domain_ip_{a}_1733097600" for a in addrs]
+    return [
+        Case("`return 1`", [command("EVALSHA", admin.script_load("return 1"), 0)]),
+        Case(  # limits' key for a 10^9 per hour limit, and its ARGV: expiry, amount
+            "limits FixedWindow `hit()`'s script",
+            [
+                command("EVALSHA", limits, 1, f"LIMITS:LIMITER/ip:{a}/1000000000/1/hour", 3600, 1)
+                for a in addrs
+            ],
+        ),
+        Case(
+            "rate-limiter-flexible RateLimiterRedis's commands",
+            [command("EVALSHA", flexible, 1, f"rlflx:ip:{a}", 1, 3600) for a in addrs],
+        ),
+        Case(
+            "Envoy ratelimit's commands (INCRBY + EXPIRE, pipelined)",
+            [command("INCRBY", k, 1) + command("EXPIRE", k, 3600) for k in envoy],
+            counted=("incrby", "expire"),
+        ),
+    ]
 
 
 def slot_ranges(masters: int) -> list[tuple[int, int]]:
@@ -123,35 +106,23 @@ def key_spread() -> tuple[Counter[int], int]:
 
 def spread(per_slot: Counter[int], masters: int) -> tuple[float, float]:
     """The busiest master's share of the keys, and the mean share."""
-    shares = [
-        sum(per_slot[s] for s in range(first, last + 1)) for first, last in slot_ranges(masters)
-    ]
-    total = sum(shares)
-    return max(shares) / total, 1 / masters
-
-
-# -- main -----------------------------------------------------------------------------------
+    shares = [sum(per_slot[s] for s in range(a, b + 1)) for a, b in slot_ranges(masters)]
+    return max(shares) / sum(shares), 1 / masters
 
 
 def cluster_node() -> harness.RedisServer:
     """One cluster-enabled node holding every slot, pinned like the plain server."""
-    port = cluster_port(set())
-    node = harness.RedisServer(
-        cpu=harness.CPU,
-        port=port,
-        args=["--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{port}.conf"],
-    )
+    port = redis_topology.cluster_port(set())
+    args = ["--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{port}.conf"]
+    node = harness.RedisServer(cpu=harness.CPU, port=port, args=args)
     node.start()
-    import redis
-
-    admin = redis.Redis(host=harness.HOST, port=port, decode_responses=True)
-    admin.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, SLOTS - 1)
-    deadline = time.monotonic() + 30
-    while admin.execute_command("CLUSTER", "INFO").find("cluster_state:ok") < 0:
-        if time.monotonic() > deadline:
-            raise RuntimeError("the one-node cluster did not come up")
-        time.sleep(0.05)
-    admin.close()
+    with redis_topology.admin(port) as client:
+        client.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, SLOTS - 1)
+        deadline = time.monotonic() + 30
+        while "cluster_state:ok" not in client.execute_command("CLUSTER", "INFO"):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the one-node cluster did not come up")
+            time.sleep(0.05)
     return node
 
 

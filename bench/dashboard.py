@@ -22,7 +22,10 @@ PG_NAME = "throttle_bench"
 
 
 def configure(redis_url: str, database: str | dict[str, Any]) -> None:
-    """Django with its admin and the tables made, and a superuser who asks for the pages."""
+    """Django with its admin as the tests have it, the tables made, and a superuser who asks
+    for the pages."""
+    from tests.settings import TEMPLATES
+
     messages = "django.contrib.messages"
     harness.configure_django(
         redis_url,
@@ -34,19 +37,7 @@ def configure(redis_url: str, database: str | dict[str, Any]) -> None:
             "django.contrib.auth.middleware.AuthenticationMiddleware",
             f"{messages}.middleware.MessageMiddleware",
         ],
-        TEMPLATES=[
-            {
-                "BACKEND": "django.template.backends.django.DjangoTemplates",
-                "APP_DIRS": True,
-                "OPTIONS": {
-                    "context_processors": [
-                        "django.template.context_processors.request",
-                        "django.contrib.auth.context_processors.auth",
-                        f"{messages}.context_processors.messages",
-                    ]
-                },
-            }
-        ],
+        TEMPLATES=TEMPLATES,
         ROOT_URLCONF=__name__,
         STATIC_URL="static/",
         DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
@@ -77,9 +68,6 @@ def recreate_postgres_database(drop_only: bool = False) -> None:
         conn.execute(f"DROP DATABASE IF EXISTS {PG_NAME}")
         if not drop_only:
             conn.execute(f"CREATE DATABASE {PG_NAME}")
-
-
-# -- the rows -------------------------------------------------------------------------------
 
 
 def periods(now: int) -> Iterator[tuple[int, int]]:
@@ -183,9 +171,6 @@ def fill(total: int, rules: int, now: int, unbounded: bool = False) -> float:
     return time.perf_counter() - began
 
 
-# -- timing -----------------------------------------------------------------------------------
-
-
 def make_rules(count: int) -> float:
     """``count`` rules in the rule table, named as the rows name them (rule-00, rule-01...)."""
     from django.db import models
@@ -260,25 +245,12 @@ def time_key_pages(repeat: int) -> list[tuple[str, ...]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument(
-        "--rules",
-        type=int,
-        default=3,
-        help="rules in the rule table (rule-00, rule-01...); the rows name the first --flooded",
-    )
-    parser.add_argument(
-        "--flooded",
-        type=int,
-        default=None,
-        help="rules the rows name (rejected at once), default: --rules, at most 20",
-    )
+    parser.add_argument("--rules", type=int, default=3, help="rules in the rule table")
+    parser.add_argument("--flooded", type=int, help="of those, the rules the rows name (≤ 20)")
     parser.add_argument("--postgres", action="store_true", help="PostgreSQL instead of SQLite")
     parser.add_argument("--repeat", type=int, default=5, help="timed requests per view")
     parser.add_argument(
-        "--unbounded",
-        action="store_true",
-        help="rows as written before the log was bounded, all in the last hour (default 5 "
-        "rules); timed before and after one compact()",
+        "--unbounded", action="store_true", help="rows as written before the log was bounded"
     )
     args = parser.parse_args()
     if args.unbounded and "--rules" not in sys.argv:
@@ -303,11 +275,9 @@ def main() -> None:
             made = make_rules(args.rules)
             seconds = fill(args.rows, args.flooded, now, args.unbounded)
             oldest = Rejection.objects.order_by("minute").values_list("minute", flat=True)[0]
-            engine = (
-                f"PostgreSQL {connection.pg_version // 10000}"
-                if args.postgres
-                else f"SQLite {sys.modules['sqlite3'].sqlite_version}"
-            )
+            engine = f"SQLite {sys.modules['sqlite3'].sqlite_version}"
+            if args.postgres:
+                engine = f"PostgreSQL {connection.pg_version // 10000}"
             harness.print_machine(*(["psycopg"] if args.postgres else []))
             shape = "written unbounded" if args.unbounded else "as the log keeps them"
             print(

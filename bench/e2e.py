@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 from collections.abc import Callable
 from typing import Any
 
 import harness
+from django.utils.decorators import async_only_middleware
 from engine import HOUR, MINIMAL_COUNTS
 from harness import Case
 
@@ -23,6 +25,7 @@ DATABASE = "file:bench-e2e?mode=memory&cache=shared"
 ONE_RULE = "ThrottleMiddleware, 1 rule"
 TARGET = 1.3  # issue 14: the added time of one rule, at most this times the raw EVALSHA
 WSGI_FLOOR = "WSGI: floor, a middleware making one raw EVALSHA"
+ASYNC_FLOOR = "ASGI: floor, a middleware awaiting one redis.asyncio EVALSHA"
 LEAN_FLOOR = "ASGI: floor, a middleware awaiting one lean-connection EVALSHA"
 FALLBACK = "ASGI: ThrottleMiddleware, 1 rule, on redis.asyncio's connections"
 ASGI_TARGET = 1.3  # issue 24: the added time under ASGI, at most this times that under WSGI
@@ -79,26 +82,22 @@ class MinimalWindowMiddleware(RoundTripMiddleware):
         return self.get_response(request)
 
 
-class AsyncRoundTripMiddleware:
-    """One redis.asyncio EVALSHA of ``return 1`` per request, awaited on the loop; nothing else."""
+def awaiting(client: str) -> Callable[[Any], Any]:
+    """A middleware that awaits one EVALSHA of ``return 1`` per request on the loop, through
+    redis.asyncio ("async") or the lean connection the async decision store uses ("lean")."""
 
-    sync_capable, async_capable, client = False, True, "async"
+    @async_only_middleware
+    def floor(get_response: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        async def middleware(request: Any) -> Any:
+            await _floor[client]()
+            return await get_response(request)
 
-    def __init__(self, get_response: Callable[[Any], Any]) -> None:
-        from asgiref.sync import markcoroutinefunction
+        return middleware
 
-        self.get_response = get_response
-        markcoroutinefunction(self)
-
-    async def __call__(self, request: Any) -> Any:
-        await _floor[self.client]()
-        return await self.get_response(request)
+    return floor
 
 
-class LeanRoundTripMiddleware(AsyncRoundTripMiddleware):
-    """The same through the lean connection the async decision store uses."""
-
-    client = "lean"
+AsyncRoundTripMiddleware, LeanRoundTripMiddleware = awaiting("async"), awaiting("lean")
 
 
 def floor_calls(url: str) -> None:
@@ -191,16 +190,9 @@ def report(cases: list[Case], base: dict[str, Case], targets: bool) -> dict[str,
             added[c.name] = plus
             if c.name == ONE_RULE:
                 verdict = f"≤ {TARGET:.1f}x: {'met' if plus / raw <= TARGET else 'not met'}"
-        rows.append(
-            (
-                c.name,
-                f"{c.median_us:.1f}",
-                f"{c.p99_us:.1f}",
-                "-" if plus is None else f"{plus:.1f}",
-                "-" if plus is None else f"{plus / raw:.2f}x",
-                *([verdict] if targets else []),
-            )
-        )
+        over = ("-", "-") if plus is None else (f"{plus:.1f}", f"{plus / raw:.2f}x")
+        row = (c.name, f"{c.median_us:.1f}", f"{c.p99_us:.1f}", *over)
+        rows.append((*row, verdict) if targets else row)
     header = ("case", "median µs", "p99 µs", "added µs", "added / raw EVALSHA")
     harness.table((*header, *(["target"] if targets else [])), rows)
     return added
@@ -222,12 +214,7 @@ def asgi(url: str, rounds: int, per_round: int) -> None:
         asgi_case("ASGI: ThrottleMiddleware, 1 rule", True, loop),
         fallback,
         harness.request_case(WSGI_FLOOR, handler(False, floor.format("")), "/p/"),
-        asgi_case(
-            "ASGI: floor, a middleware awaiting one redis.asyncio EVALSHA",
-            False,
-            loop,
-            floor.format("Async"),
-        ),
+        asgi_case(ASYNC_FLOOR, False, loop, floor.format("Async")),
         asgi_case(LEAN_FLOOR, False, loop, floor.format("Lean")),
     ]
     wsgi_base, wsgi_throttled, asgi_base, asgi_throttled = cases[3:7]
@@ -246,15 +233,11 @@ def asgi(url: str, rounds: int, per_round: int) -> None:
     wsgi_added, asgi_added = added[wsgi_throttled.name], added[asgi_throttled.name]
     # Issue 29: each handler's middleware against a middleware that only makes one EVALSHA on
     # the same kind of connection (the floor), added time over added time.
-    for name, own, floor_added in (
-        ("ASGI", asgi_added, added[LEAN_FLOOR]),
-        ("WSGI", wsgi_added, added[WSGI_FLOOR]),
-    ):
-        target = FLOOR_TARGETS[name]
+    for name, own, of in (("ASGI", asgi_added, LEAN_FLOOR), ("WSGI", wsgi_added, WSGI_FLOOR)):
+        ratio, target = own / added[of], FLOOR_TARGETS[name]
         print(
-            f"{name}: ThrottleMiddleware adds {own:.1f} µs, its floor {floor_added:.1f} µs: "
-            f"{own / floor_added:.2f}x (target: at most {target}x: "
-            f"{'met' if own / floor_added <= target else 'not met'})"
+            f"{name}: ThrottleMiddleware adds {own:.1f} µs, its floor {added[of]:.1f} µs: "
+            f"{ratio:.2f}x (target: at most {target}x: {'met' if ratio <= target else 'not met'})"
         )
     ratio, before = asgi_added / wsgi_added, added[FALLBACK]
     print(
@@ -288,36 +271,27 @@ def main() -> None:
             [(scope, ALGORITHMS[i % 3], 10**9, "hour") for i, scope in enumerate(RULES)]
         )
         throttled = handler(True)
-        floor = f"{__name__}.{{}}Middleware"
         cases = [
             harness.raw_evalsha(server.url),
             harness.request_case("Django, no throttling", handler(False), "/p/"),
             harness.request_case(ONE_RULE, throttled, "/p/"),
             harness.request_case("ThrottleMiddleware, 5 rules", throttled, "/api/x/"),
-            harness.request_case(
-                "floor: a middleware making one raw EVALSHA `return 1`",
-                handler(False, floor.format("RoundTrip")),
-                "/p/",
-            ),
-            harness.request_case(
-                "floor: a middleware running the minimal INCRBY fixed window",
-                handler(False, floor.format("MinimalWindow")),
-                "/p/",
-            ),
         ]
+        for floor, does in (
+            ("RoundTrip", "making one raw EVALSHA `return 1`"),
+            ("MinimalWindow", "running the minimal INCRBY fixed window"),
+        ):
+            app = handler(False, f"{__name__}.{floor}Middleware")
+            cases.append(harness.request_case(f"floor: a middleware {does}", app, "/p/"))
         if args.metrics:  # the switch flipped before each request, untimed
             from django_throttle import metrics
 
             assert metrics.switch.on, "METRICS is on only with prometheus_client installed"
-            cases[2:] = [
-                harness.request_case(
-                    f"{ONE_RULE}, METRICS {state}",
-                    throttled,
-                    "/p/",
-                    before=lambda on=state == "on": setattr(metrics.switch, "on", on),
-                )
-                for state in ("off", "on")
-            ]
+            del cases[2:]
+            for state in ("off", "on"):
+                switch = functools.partial(setattr, metrics.switch, "on", state == "on")
+                name = f"{ONE_RULE}, METRICS {state}"
+                cases.append(harness.request_case(name, throttled, "/p/", before=switch))
         harness.print_machine("prometheus-client")
         harness.interleaved(cases, rounds, per_round, warmup=N_CLIENTS)
     backend = "in process memory" if args.memory else "Redis"

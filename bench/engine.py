@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import os
 import signal
 import sys
 import time
@@ -83,9 +84,6 @@ def contender(name: str, url: str, tag: str, rates: Sequence[str], first_id: int
     return lambda r: sum(limiter.hit(x, tag, r.META["REMOTE_ADDR"]) for x in items) == len(items)
 
 
-# -- latency --------------------------------------------------------------------------------
-
-
 def latency_cases(url: str, n_clients: int) -> list[Case]:
     from django_throttle import check
 
@@ -105,13 +103,11 @@ def latency_cases(url: str, n_clients: int) -> list[Case]:
     )
     for k, (label, rules) in enumerate(ours.items()):
         harness.create_rules([(f"s{k}", *rule) for rule in rules])
-        cases.append(
-            Case(
-                f"django-throttle {label}",
-                lambda r, scope=f"s{k}": check(r, scope).allowed,
-                lambda i: request(addrs[i % n_clients]),
-            )
-        )
+
+        def op(r: Any, scope: str = f"s{k}") -> bool:
+            return check(r, scope).allowed
+
+        cases.append(Case(f"django-throttle {label}", op, lambda i: request(addrs[i % n_clients])))
     peers = [("limits FixedWindow", 1), ("limits FixedWindow", 3), ("django-ratelimit", 1)]
     for name, n in [*peers, ("django-ratelimit", 3), ("DRF AnonRateThrottle", 1)]:
         if not available(name):
@@ -170,14 +166,11 @@ def minimal_windows(url: str, addrs: list[str], n: int, counted: bool = False) -
     client = redis.Redis.from_url(url, socket_timeout=1.0)
     sha = client.script_load(MINIMAL_COUNTS if counted else MINIMAL_WINDOWS)
     rules = [harness.make_rule(900 + k, "fixed_window", 10**9) for k in range(n)]
-    keys = [
-        [state_key(rule, f"ip:{a}") + ("n" if counted else "") for rule in rules] for a in addrs
-    ]
-    clients = len(keys)
+    keys = [[state_key(r, f"ip:{a}") + ("n" if counted else "") for r in rules] for a in addrs]
     commands = "INCRBY+PEXPIRE" if counted else "GET+SET"
     return Case(
         f"minimal script, {n} fixed window{'s' * (n > 1)}, {commands} (redis-py)",
-        lambda i: client.evalsha(sha, n, *keys[i % clients], HOUR, 1),
+        lambda i: client.evalsha(sha, n, *keys[i % len(keys)], HOUR, 1),
     )
 
 
@@ -216,9 +209,6 @@ def report_latency(cases: list[Case]) -> None:
         verdict = f"≤ {target:.1f}x: {'met' if ratio <= target else 'not met'}" if target else ""
         rows.append((c.name, f"{c.median_us:.1f}", f"{c.p99_us:.1f}", f"{ratio:.2f}x", verdict))
     harness.table(("case", "median µs", "p99 µs", "/ raw EVALSHA", "target"), rows)
-
-
-# -- memory ---------------------------------------------------------------------------------
 
 
 def memory_floor(admin: Any, key_length: int) -> int:
@@ -260,9 +250,6 @@ def memory_rows(url: str) -> list[tuple[Any, ...]]:
         rows.append((name, len(keys), longest, sizes[1], f"{per_entry:.1f}" if log else "-", floor))
     admin.flushall()
     return rows
-
-
-# -- the race -------------------------------------------------------------------------------
 
 
 def contenders() -> list[str]:
@@ -322,15 +309,10 @@ def race(url: str) -> list[tuple[str, str, str]]:
                 p.terminate()
     rows = []
     for name, n in totals.items():
-        off = n - RACE_LIMIT
-        verdict = errors.get(name) or (
-            "exact" if not off else f"{'over' if off > 0 else 'under'} by {abs(off)}"
-        )
+        off = f"{'over' if n > RACE_LIMIT else 'under'} by {abs(n - RACE_LIMIT)}"
+        verdict = errors.get(name) or ("exact" if n == RACE_LIMIT else off)
         rows.append((name, f"{n}/{RACE_PROCS * RACE_ATTEMPTS}", verdict))
     return rows
-
-
-# -- main -----------------------------------------------------------------------------------
 
 
 def main() -> int:
@@ -363,7 +345,7 @@ def main() -> int:
             memory_rows(server.url),
         )
         if not args.no_race:
-            harness.unpin_client()  # the racers spread over every CPU
+            os.sched_setaffinity(0, range(os.cpu_count() or 1))  # the racers on every CPU
             print(
                 f"\n## Race: {RACE_PROCS} processes x {RACE_ATTEMPTS} attempts, one client, "
                 f"limit {RACE_LIMIT}/hour\n",

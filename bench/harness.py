@@ -66,10 +66,6 @@ def pin_client(cpu: int = CPU) -> None:
     os.sched_setaffinity(0, {cpu})
 
 
-def unpin_client() -> None:
-    os.sched_setaffinity(0, range(os.cpu_count() or 1))
-
-
 # -- Django -----------------------------------------------------------------------------------
 
 
@@ -239,14 +235,9 @@ class Gunicorn:
 
     def start(self) -> None:
         with open(self.log, "ab") as log:
+            out = {"stdin": subprocess.DEVNULL, "stdout": log, "stderr": log}
             self.proc = subprocess.Popen(
-                self.args,
-                cwd=ROOT,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                start_new_session=True,
+                self.args, cwd=ROOT, env=self.env, start_new_session=True, **out
             )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and self.proc.poll() is None:
@@ -367,29 +358,19 @@ def version(dist: str) -> str:
         return "not installed"
 
 
-def machine(*dists: str) -> list[tuple[str, str]]:
+def print_machine(*dists: str) -> None:
     """Date, CPU, Python and the versions a figure depends on (``dists``: peers too)."""
     cpu = platform.processor() or "unknown"
     with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
-        cpu = next(
-            (line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu
-        )
+        cpu = next((li.split(":", 1)[1].strip() for li in f if li.startswith("model name")), cpu)
     memory = "memory unknown"
     with contextlib.suppress(OSError), open("/proc/meminfo") as f:  # MemTotal: ... kB
         memory = f"{round(int(f.readline().split()[1]) / 2**20)} GB"
     redis = subprocess.run(["redis-server", "--version"], capture_output=True, text=True)
     server = next((w[2:] for w in redis.stdout.split() if w.startswith("v=")), "unknown")
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    return [
-        ("date", now),
-        ("machine", f"{cpu}, {os.cpu_count()} cores, {memory}"),
-        ("python", platform.python_version()),
-        ("redis-server", server),
-        ("redis-py", version("redis")),
-        *((name, version(name)) for name in ("hiredis", "Django", *dists)),
-    ]
-
-
-def print_machine(*dists: str) -> None:
     print("\n## Machine\n")
-    table(("", ""), machine(*dists))
+    rows = [("date", now), ("machine", f"{cpu}, {os.cpu_count()} cores, {memory}")]
+    rows += [("python", platform.python_version()), ("redis-server", server)]
+    rows += [("redis-py", version("redis")), *((d, version(d)) for d in ("hiredis", "Django"))]
+    table(("", ""), [*rows, *((d, version(d)) for d in dists)])

@@ -35,8 +35,7 @@ def calls(n: int, rules: int, middleware: bool) -> None:
         from django_throttle import check
 
         addrs = harness.addresses(1000)
-        requests = [request(addrs[i % 1000]) for i in range(n)]
-        for r in requests:
+        for r in [request(addrs[i % 1000]) for i in range(n)]:
             assert check(r, "s").allowed
 
 

@@ -185,9 +185,8 @@ def report(load: Load, bounds: dict[str, tuple[float, float]], fault: str) -> li
             latency = (f"{x:.1f}" for x in (harness.median(ms), harness.p99(ms), ms[-1]))
             rows.append((f"{phase} ({stop - start:.1f} s)", label, len(sel), listed, bad, *latency))
             if bad:
-                failures.append(
-                    f"{phase}, {label}: {bad} answers 5xx (not a fail-closed 503) or none"
-                )
+                why = "answers 5xx (not a fail-closed 503) or none"
+                failures.append(f"{phase}, {label}: {bad} {why}")
             if ms[-1] > HANG_MS:
                 failures.append(f"{phase}, {label}: a request took {ms[-1]:.0f} ms")
         count_503[phase] = sum(s.closed and s.status == 503 for s in mine)
@@ -202,9 +201,9 @@ def report(load: Load, bounds: dict[str, tuple[float, float]], fault: str) -> li
     header = ("phase", "path", "requests", "statuses", "unexpected", "p50 ms", "p99 ms", "max ms")
     harness.table(header, rows)
     print(f"\n## Admitted per client on /api/ (limit {LIMIT}/minute)\n")
-    half, joined = load.clients // 2, " ".join
+    half = load.clients // 2
     rows = [
-        (p, joined(map(str, v[:half])), joined(map(str, v[half:]))) for p, v in admitted.items()
+        (p, *(" ".join(map(str, a)) for a in (v[:half], v[half:]))) for p, v in admitted.items()
     ]
     harness.table(("phase", "keep-alive clients", "a new connection per request"), rows)
 
@@ -237,11 +236,11 @@ def report(load: Load, bounds: dict[str, tuple[float, float]], fault: str) -> li
     return failures
 
 
-# -- faults under load: --faults (docs/benchmarks.md, "Load under faults") ------------------
-
+# --faults (docs/benchmarks.md, "Load under faults")
 SUITE_LIMIT, SUITE_WINDOW = 3, 1.0  # per client and second on /api/: "admitted over N"
 SUITE_CLIENTS, SUITE_INTERVAL, SUITE_EVERY = 16, 0.1, 2  # 160 requests/s, half to /items/
 WS_CLIENTS, WS_TIMEOUT = 1000, 5.0
+SERVERS = ("gunicorn", "uvicorn")
 CLOSED = "closed 4429"  # by ThrottledConsumerMixin after 10 frames rejected: no error of its own
 
 # Every rule fail-closed and keyed on X-Client: an unavailable store shows as a 503, never as
@@ -402,7 +401,7 @@ class Fault:
     inject: Callable[[Any, int, float], str | None]
     outage: bool = False  # Redis unreachable for more than TIMEOUT: 503s follow the fail mode
     minimum: float = 5.0  # seconds of load at least
-    servers: tuple[str, ...] = ("gunicorn", "uvicorn")
+    servers: tuple[str, ...] = SERVERS
 
 
 FAULTS = {
@@ -425,10 +424,8 @@ def topology(kind: str, plain: harness.RedisServer) -> Iterator[tuple[Any, dict[
         yield plain, {}
     elif kind == "sentinel":
         with SentinelGroup() as group:
-            options = {
-                "CONNECTION_FACTORY": "django_redis.pool.SentinelConnectionFactory",
-                "SENTINELS": group.sentinels,
-            }
+            factory = "django_redis.pool.SentinelConnectionFactory"
+            options = {"CONNECTION_FACTORY": factory, "SENTINELS": group.sentinels}
             cache = {"BACKEND": "django_redis.cache.RedisCache", "OPTIONS": options}
             yield group, {"CACHES": {**cache, "LOCATION": f"redis://{group.service_name}/0"}}
     else:  # the cache stays on the single node; decisions go to the cluster
@@ -565,9 +562,7 @@ def main() -> int:
         "--only", nargs="+", choices=FAULTS, default=list(FAULTS), metavar="FAULT",
         help="--faults: these only, of " + ", ".join(FAULTS),
     )  # fmt: skip
-    p.add_argument(
-        "--servers", nargs="+", choices=("gunicorn", "uvicorn"), default=("gunicorn", "uvicorn")
-    )
+    p.add_argument("--servers", nargs="+", choices=SERVERS, default=SERVERS)
     args = p.parse_args()
     signal.signal(signal.SIGTERM, lambda signum, _: sys.exit(128 + signum))  # run the finally
     if args.faults:

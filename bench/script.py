@@ -17,6 +17,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import harness
@@ -42,9 +43,7 @@ RATIO_TARGET = {
 ALGORITHMS = tuple(RATIO_TARGET)  # in the order of issue 14
 INSTRUCTION_CALLS = 300  # --instructions: calls counted per case
 
-# -- the minimal scripts ------------------------------------------------------------------------
-#
-# One check on the admitted path, each algorithm's work done plainly with the fewest Redis
+# The minimal scripts: one check on the admitted path, each algorithm's work done plainly with the fewest Redis
 # commands (issue 24's definitions), nothing else: no block key, no limit compared (every call
 # is admitted), no reply built. KEYS[1] is the package's state key for the client, under which a
 # window's key is made; ARGV is what the arithmetic needs (minimal_args).
@@ -123,9 +122,6 @@ def minimal_args(rule: Any, cost: int = 1) -> list[Any]:
     if rule.algorithm in ("sliding_window_log", "concurrency"):
         return [rule.period * 1_000_000]
     return [rule.period * 1_000_000, rule.limit, cost]
-
-
-# -- the wire and the load ------------------------------------------------------------------
 
 
 def command(*args: Any) -> bytes:
@@ -208,20 +204,16 @@ def drive(
     number answered."""
     requests, n, lines = case.requests, len(case.requests), case.lines
     socks = [connect(port) for _ in range(min(connections, calls) if calls else connections)]
-    poller = select.epoll()
-    by_fd, seen = {}, {}
-    i = start
+    by_fd = {sock.fileno(): sock for sock in socks}
+    seen, poller, i = dict.fromkeys(by_fd, 0), select.epoll(), start
     try:
-        for sock in socks:
+        for fd, sock in by_fd.items():
             sock.setblocking(False)
-            by_fd[sock.fileno()] = sock
-            seen[sock.fileno()] = 0
-            poller.register(sock.fileno(), select.EPOLLIN)
+            poller.register(fd, select.EPOLLIN)
         for sock in socks:
             sock.send(requests[i % n])
             i += 1
-        done, open_ = 0, len(socks)
-        sending = True
+        done, open_, sending = 0, len(socks), True
         deadline = time.perf_counter() + seconds
         while open_:
             for fd, _ in poller.poll():
@@ -323,9 +315,6 @@ def measure(
         start += calls or 1_000_003  # another stretch of clients' turns
     for case in cases:
         check_admitted(port, case)
-
-
-# -- the cases ----------------------------------------------------------------------------------
 
 
 class Rules:
@@ -457,9 +446,6 @@ def shape(admin: Any, key: str) -> str:
     return "; ".join(found) or "none"
 
 
-# -- main ---------------------------------------------------------------------------------------
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="2 x 1000 calls a case, 200 clients")
@@ -495,11 +481,8 @@ def main() -> int:
         }
         variants = {}
         if args.against:
-            with open(args.against, encoding="utf-8") as file:
-                source = file.read()
-            variants = {
-                a: variant_case(admin, source, group[0].rules, addrs) for a, group in cases.items()
-            }
+            source = Path(args.against).read_text(encoding="utf-8")
+            variants = {a: variant_case(admin, source, g[0].rules, addrs) for a, g in cases.items()}
         everything = [floor, *(c for group in cases.values() for c in group), *variants.values()]
         harness.print_machine()
         print(f"\n## decide.lua beside a minimal script, {how}\n", flush=True)
