@@ -132,10 +132,7 @@ def plain_view() -> Callable[[Any], Any]:
     """A view that answers 200 ``ok`` (made once Django is set up)."""
     from django.http import HttpResponse
 
-    def plain(request: Any) -> HttpResponse:
-        return HttpResponse("ok")
-
-    return plain
+    return lambda request: HttpResponse("ok")
 
 
 # -- requests through Django's WSGI handler ---------------------------------------------------

@@ -89,11 +89,9 @@ class Load:
 
     def start(self) -> None:
         """A thread per client, each running client_loop()."""
-        self.threads = [
-            threading.Thread(target=client_loop, args=(self, c)) for c in range(self.clients)
-        ]
-        for thread in self.threads:
-            thread.start()
+        for client in range(self.clients):
+            self.threads.append(threading.Thread(target=client_loop, args=(self, client)))
+            self.threads[-1].start()
 
     def finish(self) -> None:
         self.stop.set()

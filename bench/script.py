@@ -246,14 +246,10 @@ def drive(
             sock.close()
 
 
-def server_cpu(admin: Any) -> float:
-    info = admin.info("cpu")
-    return float(info["used_cpu_sys"] + info["used_cpu_user"])
-
-
-def own_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+def cpu_times(admin: Any) -> tuple[float, float]:
+    """The CPU time redis-server has used (INFO cpu), and this process."""
+    server, usage = admin.info("cpu"), resource.getrusage(resource.RUSAGE_SELF)
+    return server["used_cpu_sys"] + server["used_cpu_user"], usage.ru_utime + usage.ru_stime
 
 
 def prepare(port: int, case: Case, connections: int = 1) -> None:
@@ -280,10 +276,10 @@ def turn(
 ) -> None:
     """One turn of load on ``case``, INFO cpu, our CPU and INFO commandstats read around it."""
     admin.config_resetstat()
-    cpu0, own0, t0 = server_cpu(admin), own_cpu(), time.perf_counter()
+    (cpu0, own0), t0 = cpu_times(admin), time.perf_counter()
     done = drive(port, case, start, calls, seconds, connections)
-    wall = time.perf_counter() - t0
-    load_cpu, cpu = own_cpu() - own0, server_cpu(admin) - cpu0
+    wall, (cpu, own) = time.perf_counter() - t0, cpu_times(admin)
+    cpu, load_cpu = cpu - cpu0, own - own0
     stats = admin.info("commandstats")
     mine = [stats[f"cmdstat_{name}"] for name in case.counted]
     assert all(m["calls"] == done for m in mine), (case.name, done, mine)
