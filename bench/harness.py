@@ -1,6 +1,6 @@
 """What the benchmarks share: redis-server, Django, requests, gunicorn, timing, tables, machine.
-The topologies (a primary with a replica, Sentinel, a cluster) are the tests' own:
-tests/redis_topology.py."""
+The redis-server (tests/redis_server.py) and the topologies (a primary with a replica,
+Sentinel, a cluster: tests/redis_topology.py) are the tests' own."""
 
 from __future__ import annotations
 
@@ -22,10 +22,6 @@ from typing import Any
 
 HOST = "127.0.0.1"
 HOUR = 3600
-
-
-# -- the redis-server: the tests' own (tests/redis_server.py) --------------------------------
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
 # tests/ of this checkout, whatever PYTHONPATH puts first for django_throttle (bench/instructions.py
 # counts another checkout's): its redis-server and topologies are the bench's too.
@@ -64,9 +60,6 @@ CPU = int(os.environ.get("BENCH_CPU", "0"))
 def pin_client(cpu: int = CPU) -> None:
     """This process on one CPU, beside the redis-server: the ratios show our own cost."""
     os.sched_setaffinity(0, {cpu})
-
-
-# -- Django -----------------------------------------------------------------------------------
 
 
 def configure_django(
@@ -135,9 +128,6 @@ def plain_view() -> Callable[[Any], Any]:
     return lambda request: HttpResponse("ok")
 
 
-# -- requests through Django's WSGI handler ---------------------------------------------------
-
-
 def start_response(status: str, headers: Any, exc_info: Any = None) -> None:
     """What a WSGI server passes the app; the bench reads the response object instead."""
 
@@ -163,18 +153,13 @@ def request_case(
     return Case(name, call, prep)
 
 
-# -- rules and clients ------------------------------------------------------------------------
-
-
 def create_rules(rules: Sequence[tuple[str, str, int, str]]) -> None:
     """Rows in the database, as the admin saves them: (scope, algorithm, limit, unit) each."""
     from django_throttle.models import Rule
 
     for scope, algorithm, limit, unit in rules:
-        n = Rule.objects.count()
-        Rule.objects.create(
-            name=f"bench-{n}", scope=scope, algorithm=algorithm, limit=limit, unit=unit
-        )
+        name = f"bench-{Rule.objects.count()}"
+        Rule.objects.create(name=name, scope=scope, algorithm=algorithm, limit=limit, unit=unit)
 
 
 def make_rule(id: int, algorithm: str, limit: int, period: int = HOUR, **fields: Any) -> Any:
@@ -195,9 +180,6 @@ def addresses(n: int, prefix: str = "198.18") -> list[str]:
     """Distinct client addresses (the 198.18.0.0/15 benchmarking range)."""
     assert n <= 65536
     return [f"{prefix}.{i // 256}.{i % 256}" for i in range(n)]
-
-
-# -- the example project under gunicorn -------------------------------------------------------
 
 
 def http_get(port: int, path: str, timeout: float = 30.0) -> int:
@@ -265,9 +247,6 @@ class Uvicorn(Gunicorn):
         args = ["uvicorn", "example_project.asgi:application", "--host", HOST]
         args += ["--port", str(self.port), "--workers", str(workers), "--ws", "wsproto"]
         return [*args, "--lifespan", "off", "--no-access-log", "--timeout-graceful-shutdown", "5"]
-
-
-# -- timing -----------------------------------------------------------------------------------
 
 
 @dataclass
@@ -343,9 +322,6 @@ def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
 
 def _numeric(text: str) -> bool:
     return text in ("", "-") or text.rstrip("x").replace(".", "", 1).replace("/", "").isdigit()
-
-
-# -- the machine ------------------------------------------------------------------------------
 
 
 def version(dist: str) -> str:

@@ -42,8 +42,7 @@ def calls(n: int, rules: int, middleware: bool) -> None:
 def counted(n: int, rules: int, middleware: bool) -> int:
     command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
     command += [sys.executable, __file__, "--calls", str(n), "--rules", str(rules)]
-    if middleware:
-        command.append("--middleware")
+    command += ["--middleware"] if middleware else []
     env = {**os.environ, "PYTHONMALLOC": "malloc"}
     out = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stderr
     return int(re.findall(r"Collected : (\d+)", out)[-1])

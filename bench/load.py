@@ -79,9 +79,6 @@ class Load:
     prefix: str = "c"  # of the X-Client header: the clients of each run their own
     threads: list[threading.Thread] = field(default_factory=list)
 
-    def reconnects(self, client: int) -> bool:
-        return client >= self.clients // 2
-
     def ticket(self) -> bool:
         with self.lock:
             self.sent += 1
@@ -135,7 +132,7 @@ def serve(cls: type[harness.Gunicorn], env: dict[str, str], log: Path) -> harnes
 
 def client_loop(load: Load, client: int) -> None:
     headers = {"X-Client": f"{load.prefix}{client:02d}", "Accept": "application/json"}
-    if load.reconnects(client):
+    if client >= load.clients // 2:  # the second half: a new connection per request
         headers["Connection"] = "close"
     conn = http.client.HTTPConnection(HOST, load.port, timeout=10)
     next_at = load.t0 + load.interval * client / load.clients  # spread over one interval
