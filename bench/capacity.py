@@ -15,6 +15,7 @@ import harness
 from script import ALGORITHMS, Case, Rules, command, decide_case, measure
 
 from tests import redis_topology
+from tests.traffic import wait_until
 
 CONNECTIONS = 16  # web processes, each waiting for its reply before it sends again
 IDENTITIES = 10_000  # distinct clients the load goes round
@@ -118,11 +119,9 @@ def cluster_node() -> harness.RedisServer:
     node.start()
     with redis_topology.admin(port) as client:
         client.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, SLOTS - 1)
-        deadline = time.monotonic() + 30
-        while "cluster_state:ok" not in client.execute_command("CLUSTER", "INFO"):
-            if time.monotonic() > deadline:
-                raise RuntimeError("the one-node cluster did not come up")
-            time.sleep(0.05)
+        wait_until(
+            lambda: "cluster_state:ok" in client.execute_command("CLUSTER", "INFO"), 30, 0.05
+        )
     return node
 
 
@@ -158,8 +157,7 @@ def per_core(case: Case) -> float:
 
 
 def figures(case: Case) -> tuple[str, ...]:
-    """Calls/s and calls per server CPU-second to the nearest hundred, the server's CPU share,
-    its µs per call (commandstats), the load generator's CPU share: medians over the turns."""
+    """Calls/s, server CPU %, calls per server CPU-second, server µs per call, load CPU %."""
     return (
         f"{round(case.median(lambda t: t.calls / t.wall), -2):.0f}",
         f"{case.median(lambda t: t.server_cpu / t.wall) * 100:.0f}",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import sqlite3
 import statistics
 import sys
 import tempfile
@@ -52,23 +53,19 @@ def configure(redis_url: str, database: str | dict[str, Any]) -> None:
     get_user_model().objects.create_superuser("bench", "bench@example.com", "pw")
 
 
-def postgres(name: str = "postgres") -> dict[str, Any]:
-    """PostgreSQL's settings from PGUSER, PGHOST and PGPORT, as Django names them."""
-    env = os.environ.get
-    user, host, port = env("PGUSER", "postgres"), env("PGHOST", "127.0.0.1"), env("PGPORT", "5432")
-    engine = "django.db.backends.postgresql"
-    return {"ENGINE": engine, "NAME": name, "USER": user, "HOST": host, "PORT": port}
-
-
-def recreate_postgres_database(drop_only: bool = False) -> None:
+def postgres(create: bool = True) -> dict[str, Any]:
+    """The bench's PostgreSQL database (PGUSER, PGHOST, PGPORT) dropped, and made again unless
+    ``create`` is false; its settings, as Django names them."""
     import psycopg
 
-    config = postgres()
-    params = {"dbname": "postgres", "user": config["USER"], "host": config["HOST"]}
-    with psycopg.connect(**params, port=config["PORT"], autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {PG_NAME}")
-        if not drop_only:
-            conn.execute(f"CREATE DATABASE {PG_NAME}")
+    env = os.environ.get
+    user, host, port = env("PGUSER", "postgres"), env("PGHOST", "127.0.0.1"), env("PGPORT", "5432")
+    with psycopg.connect(dbname="postgres", user=user, host=host, port=port, autocommit=True) as c:
+        c.execute(f"DROP DATABASE IF EXISTS {PG_NAME}")
+        if create:
+            c.execute(f"CREATE DATABASE {PG_NAME}")
+    engine = "django.db.backends.postgresql"
+    return {"ENGINE": engine, "NAME": PG_NAME, "USER": user, "HOST": host, "PORT": port}
 
 
 def periods(now: int) -> Iterator[tuple[int, int]]:
@@ -153,15 +150,10 @@ def fill(total: int, rules: int, now: int, unbounded: bool = False) -> float:
                 for row in source:
                     copy.write_row(row)
         else:
-            batch: list[tuple[Any, ...]] = []
             sql = f"INSERT INTO {table} ({columns}) VALUES (%s, %s, %s, %s, %s, %s, %s)"
             adapt = connection.ops.adapt_datetimefield_value
-            for row in source:
-                batch.append((*row[:4], adapt(row[4]), *row[5:]))
-                if len(batch) == 10_000:
-                    cursor.executemany(sql, batch)
-                    batch = []
-            if batch:
+            adapted = ((*row[:4], adapt(row[4]), *row[5:]) for row in source)
+            while batch := list(itertools.islice(adapted, 10_000)):
                 cursor.executemany(sql, batch)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
@@ -252,11 +244,9 @@ def main() -> None:
     if args.flooded is None:
         args.flooded = min(args.rules, 20)
 
-    database: str | dict[str, Any] = postgres(PG_NAME)
+    database: str | dict[str, Any] = os.path.join(tempfile.mkdtemp(prefix="bench-"), "db.sqlite3")
     if args.postgres:
-        recreate_postgres_database()
-    else:
-        database = os.path.join(tempfile.mkdtemp(prefix="bench-dashboard-"), "db.sqlite3")
+        database = postgres()
     try:
         with harness.RedisServer() as server:
             configure(server.url, database)
@@ -269,7 +259,7 @@ def main() -> None:
             made = make_rules(args.rules)
             seconds = fill(args.rows, args.flooded, now, args.unbounded)
             oldest = Rejection.objects.order_by("minute").values_list("minute", flat=True)[0]
-            engine = f"SQLite {sys.modules['sqlite3'].sqlite_version}"
+            engine = f"SQLite {sqlite3.sqlite_version}"
             if args.postgres:
                 engine = f"PostgreSQL {connection.pg_version // 10000}"
             harness.print_machine(*(["psycopg"] if args.postgres else []))
@@ -297,7 +287,7 @@ def main() -> None:
             connection.close()
     finally:
         if args.postgres:
-            recreate_postgres_database(drop_only=True)
+            postgres(create=False)
 
 
 if __name__ == "__main__":

@@ -57,9 +57,8 @@ def handler(throttled: bool, extra: str | None = None, asgi: bool = False) -> An
     return ASGIHandler() if asgi else WSGIHandler()
 
 
-# What the floor middlewares call, set by floor_calls() and async_evalshas(): an EVALSHA of
-# `return 1` through redis-py ("raw"), redis.asyncio ("async") or the decision's lean connection
-# ("lean"), and redis-py's EVALSHA of the minimal fixed window on one key ("window").
+# What the floor middlewares call (floor_calls(), async_evalshas()): EVALSHA of `return 1` by
+# redis-py, redis.asyncio or the lean connection, or of the minimal fixed window ("window").
 _floor: dict[str, Callable[..., Any]] = {}
 
 
@@ -168,13 +167,11 @@ def evalsha_per_request(url: str, case: Case, n: int = 20) -> float:
     decides in Redis once per request."""
     import redis
 
-    client = redis.Redis.from_url(url)
-    client.config_resetstat()
-    for i in range(n):
-        case.op(case.prep(i))
-    calls = client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
-    client.close()
-    return calls / n
+    with redis.Redis.from_url(url) as client:
+        client.config_resetstat()
+        for i in range(n):
+            case.op(case.prep(i))
+        return client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0) / n
 
 
 def report(cases: list[Case], base: dict[str, Case], targets: bool) -> dict[str, float]:

@@ -23,8 +23,7 @@ from typing import Any
 HOST = "127.0.0.1"
 HOUR = 3600
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
-# tests/ of this checkout, whatever PYTHONPATH puts first for django_throttle (bench/instructions.py
-# counts another checkout's): its redis-server and topologies are the bench's too.
+# This checkout's tests/, whatever PYTHONPATH puts first (bench/instructions.py may count another).
 sys.path.insert(0, ROOT)
 from tests import redis_server  # noqa: E402
 from tests.redis_server import _free_port as free_port  # noqa: E402

@@ -8,7 +8,6 @@ import os
 import re
 import subprocess
 import sys
-from typing import Any
 
 import harness
 
@@ -61,7 +60,7 @@ def main() -> None:
 
     small, large = (counted(n, args.rules, args.middleware) for n in (SMALL, LARGE))
     what = "request through the middleware" if args.middleware else "check()"
-    per: Any = (large - small) / (LARGE - SMALL)
+    per = (large - small) / (LARGE - SMALL)
     print(f"{django_throttle.__file__}: {per:,.0f} instructions per {what}, {args.rules} rule(s)")
 
 

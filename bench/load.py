@@ -165,8 +165,7 @@ def client_loop(load: Load, client: int) -> None:
 
 def report(load: Load, bounds: dict[str, tuple[float, float]], fault: str) -> list[str]:
     """Print the tables; return the checks that failed."""
-    rows, admitted, failures = [], {}, []
-    count_503, count_200 = {}, {}
+    rows, admitted, failures, count_503, count_200 = [], {}, [], {}, {}
     for phase, (start, stop) in bounds.items():
         mine = [s for s in load.samples if start <= s.end < stop]
         for closed, label in ((False, "fail-open /api/"), (True, "fail-closed /items/")):

@@ -1,5 +1,5 @@
 """What exempt networks cost a request, with 10,000 and 100,000 CIDRs listed (docs/bounds.md,
-"Exempt networks"; docs/benchmarks.md)."""
+"Exempt networks"; docs/benchmarks.md); and what 10,000 bans cost a client not banned."""
 
 from __future__ import annotations
 
@@ -82,14 +82,38 @@ def show(cases: list[harness.Case]) -> list[tuple[str, str, str]]:
 
 
 def change_throttle(**values: Any) -> None:
-    """DJANGO_THROTTLE changed as override_settings changes it (setting_changed sent), so the
-    package builds again what it made from the settings."""
+    """DJANGO_THROTTLE changed through override_settings (setting_changed sent), so the package
+    builds again what it made from the settings."""
     from django.conf import settings
-    from django.core.signals import setting_changed
+    from django.test import override_settings
 
-    value = {**settings.DJANGO_THROTTLE, **values}
-    settings.DJANGO_THROTTLE = value
-    setting_changed.send(sender=None, setting="DJANGO_THROTTLE", value=value, enter=True)
+    override_settings(DJANGO_THROTTLE={**settings.DJANGO_THROTTLE, **values}).enable()
+
+
+def ban_cases(calls: int) -> list[harness.Case]:
+    """ThrottleMiddleware's ban check (enforce_bans) of a client not banned, with 10,000 bans in
+    force (5,000 addresses, 5,000 networks): the same few clients, and a new one at each call."""
+    from django.test import RequestFactory
+
+    from django_throttle.engine import enforce_bans
+    from django_throttle.models import Ban
+    from django_throttle.rules import get_rules, rule_cache
+
+    Ban.objects.bulk_create(
+        [Ban(key=f"ip:{n}") for n in networks(5_000)]
+        + [Ban(key=f"ip:101.{i // 256 % 256}.{i % 256}.1") for i in range(5_000)]
+    )
+    rule_cache().invalidate()
+    assert len(get_rules().bans or ()) == 10_000
+
+    def op(request: Any) -> None:
+        assert enforce_bans(request) is None
+
+    cases = []
+    for name, count in (("a known client", 8), ("a client never seen", calls)):
+        requests = [RequestFactory().get("/", REMOTE_ADDR=a) for a in harness.addresses(count)]
+        cases.append(harness.Case(name, op, lambda j, r=requests: r[j % len(r)]))
+    return cases
 
 
 def main() -> None:
@@ -144,6 +168,10 @@ def main() -> None:
             f"\n## The same rule under EXEMPT_NETWORKS of {SIZES[-1]:,} too, a client never "
             f"seen: {cases[0].median_us:.2f} µs\n"
         )
+        cases = ban_cases(options.calls + 200)
+        harness.interleaved(cases, rounds=4, per_round=options.calls // 4, warmup=200)
+        print("## enforce_bans(), a client not banned, 10,000 bans\n")
+        harness.table(("client", "µs (median)"), [(c.name, f"{c.median_us:.2f}") for c in cases])
 
 
 if __name__ == "__main__":

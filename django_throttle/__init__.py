@@ -10,16 +10,20 @@ __all__ = (
     "Decision",
     "aacquire",
     "ablock_key",
+    "acharge_key",
     "acheck",
     "acheck_key",
     "acquire",
     "arefund",
     "block_key",
+    "charge_key",
     "check",
     "check_key",
     "refund",
     "refund_key",
     "reset",
+    "asettle",
+    "settle",
     "throttle",
 )
 
@@ -27,16 +31,20 @@ if TYPE_CHECKING:
     from .api import (
         aacquire,
         ablock_key,
+        acharge_key,
         acheck,
         acheck_key,
         acquire,
         arefund,
+        asettle,
         block_key,
+        charge_key,
         check,
         check_key,
         refund,
         refund_key,
         reset,
+        settle,
     )
     from .decision import Decision
     from .decorators import throttle
@@ -56,6 +64,10 @@ _LAZY = MappingProxyType(
         "refund_key": "api",
         "block_key": "api",
         "ablock_key": "api",
+        "charge_key": "api",
+        "settle": "api",
+        "asettle": "api",
+        "acharge_key": "api",
         "Decision": "decision",
     }
 )

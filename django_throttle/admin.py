@@ -1,4 +1,4 @@
-"""Admin for rate-limit rules."""
+"""Admin for rate-limit rules, overrides and bans."""
 
 from __future__ import annotations
 
@@ -24,15 +24,17 @@ from .choices import ALGORITHMS_WITH_BURST, KEY_KINDS_WITH_ARG, AppliesTo
 from .compiled import compile_rule, with_overrides
 from .dashboard.fields import IdAutocompleteSelect, IdField, IdsField, usable_pk
 from .dashboard.views import DashboardAdmin, collect_counts, inspect_key
-from .models import Dashboard, Override, Rejection, Rule
+from .models import Ban, Dashboard, Override, Rejection, Rule
 
 if TYPE_CHECKING:
     # ModelAdmin is generic in django-stubs only; it cannot be subscripted at run time.
     _RuleModelAdmin = admin.ModelAdmin[Rule]
     _OverrideModelAdmin = admin.ModelAdmin[Override]
     _OverrideInline = admin.TabularInline[Override, Rule]
+    _BanModelAdmin = admin.ModelAdmin[Ban]
 else:
     _RuleModelAdmin = admin.ModelAdmin
+    _BanModelAdmin = admin.ModelAdmin
     _OverrideModelAdmin = admin.ModelAdmin
     _OverrideInline = admin.TabularInline
 
@@ -144,7 +146,7 @@ class RuleAdmin(_RuleModelAdmin):
     readonly_fields = ("in_words", "created_at", "updated_at")
     fieldsets = (
         (None, {"fields": ("name", "enabled", "in_words")}),
-        (_("Matching"), {"fields": ("scope", "methods", "count_statuses")}),
+        (_("Matching"), {"fields": ("scope", "methods", "count_statuses", "cost_header")}),
         (
             _("Who it applies to"),
             {
@@ -161,7 +163,7 @@ class RuleAdmin(_RuleModelAdmin):
             _("Limit"),
             {"fields": ("key_kind", "key_arg", "limit", "per", "unit", "algorithm", "burst")},
         ),
-        (_("Behaviour"), {"fields": ("block_seconds", "action", "fail_mode")}),
+        (_("Behaviour"), {"fields": ("block_seconds", "block_growth", "action", "fail_mode")}),
         (_("Timestamps"), {"fields": ("created_at", "updated_at"), "classes": ("collapse",)}),
     )
     # Folded while every field in them has its default (a new rule, or one that never set them).
@@ -312,6 +314,39 @@ class OverrideAdmin(_OverrideModelAdmin):
     @admin.display(description=_("in force"))
     def in_force(self, override: Override) -> str:
         return override_in_force(override)
+
+
+class BanStateFilter(admin.SimpleListFilter):
+    title = _("state")
+    parameter_name = "state"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> Any:
+        return (("active", _("in force")), ("expired", _("expired")))
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        now = timezone.now()
+        if self.value() == "active":
+            return queryset.exclude(expires_at__lte=now)
+        if self.value() == "expired":
+            return queryset.filter(expires_at__lte=now)
+        return queryset
+
+
+@admin.register(Ban)
+class BanAdmin(_BanModelAdmin):
+    list_display = ("key", "reason", "expires_at", "created_at", "in_force")
+    list_filter = (BanStateFilter,)
+    search_fields = ("key", "reason")
+    fields = ("key", "reason", "expires_at", "created_at")
+    readonly_fields = ("created_at",)
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
+        usable_selection(request, Ban)
+        return super().changelist_view(request, extra_context)
+
+    @admin.display(description=_("in force"), boolean=True)
+    def in_force(self, ban: Ban) -> bool:
+        return ban.in_force()
 
 
 admin.site.register(Dashboard, DashboardAdmin)

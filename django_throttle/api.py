@@ -1,5 +1,5 @@
 """Throttling from code: ``check()``, ``check_key()``, ``acquire()``, ``refund()``, ``reset()``,
-``block_key()``."""
+``block_key()``, ``charge_key()``."""
 
 from __future__ import annotations
 
@@ -14,6 +14,9 @@ from .engine import (
     ablock_key as engine_ablock_key,
 )
 from .engine import (
+    acharge_key as engine_acharge_key,
+)
+from .engine import (
     adecide_key,
     aevaluate,
     arefund_request,
@@ -21,9 +24,13 @@ from .engine import (
     evaluate,
     refund_request,
     reset_key,
+    settle_request,
 )
 from .engine import (
     block_key as engine_block_key,
+)
+from .engine import (
+    charge_key as engine_charge_key,
 )
 from .engine import (
     refund_key as engine_refund_key,
@@ -121,6 +128,35 @@ def refund_key(scope: str, key: str, cost: int = 1) -> int:
     took; a concurrency slot taken with it), from its newest state: a window's current count,
     the log's newest entries; returns how many rules were refunded."""
     return engine_refund_key(scope, key, cost)
+
+
+def settle(request: Any, cost: int, rule: str | None = None) -> int:
+    """The request's actual cost, known in the view (the tokens a completion used), under
+    every rule that counted it or the one named ``rule``. When the response ends (a streaming
+    response: once closed) the difference from what the request took before the view (its
+    cost, 1 by default) is charged or given back, once, in one store call; nothing if they are
+    equal, and nothing if the view raises. Returns how many rules it applies to (a concurrency
+    rule never: its slots are requests in flight)."""
+    return settle_request(request, cost, rule)
+
+
+async def asettle(request: Any, cost: int, rule: str | None = None) -> int:
+    """``settle()`` for async views."""
+    return settle_request(request, cost, rule)
+
+
+def charge_key(scope: str, key: str, cost: int) -> int:
+    """Add ``cost`` to client ``key`` under the rules of ``scope``, without deciding: the cost of
+    work known only once it is done (the tokens an LLM call used, in the Celery task that made
+    it). It counts even past a limit (the work is done): later requests of the client wait
+    until it has drained, and their ``Retry-After`` says how long. Returns how many rules were
+    charged (a concurrency rule never is)."""
+    return engine_charge_key(scope, key, cost)
+
+
+async def acharge_key(scope: str, key: str, cost: int) -> int:
+    """``charge_key()`` for async code."""
+    return await engine_acharge_key(scope, key, cost)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -23,6 +23,8 @@ MAX_LIMIT = 1_000_000_000
 # used: always, once the request's user is loaded, or never (its key function, its groups).
 ON_LOOP, WITH_USER, IN_THREAD = 2, 1, 0
 MAX_BLOCK = 366 * 86400  # a year
+MAX_GROWTH = 1000  # a block growth factor
+GROWN_BLOCK_CAP = 7 * 86400  # a growing block lasts at most a week (or its first block)
 # A concurrency slot is given back when its response ends, whatever the status: a status it
 # does not count would change nothing.
 CONCURRENCY_COUNTS_ALL = "a concurrency rule counts every request in flight, whatever its status"
@@ -60,11 +62,16 @@ class CompiledRule:
     header_meta_key: str = ""  # request.META name of the header a 'header' rule keys on
     match: Matcher | None = None  # a regular-expression scope's matcher (patterns.py)
     block: int = 0  # seconds a rejection blocks the client for
+    # Each further block of a client remembered from its last (BLOCK_MEMORY) lasts this many
+    # times the one before, up to GROWN_BLOCK_CAP.
+    block_growth: int = 1
     calendar: CalendarWindows | None = None  # a week or month window's starts, in TIME_ZONE
     on_loop: int = ON_LOOP  # see ON_LOOP, WITH_USER, IN_THREAD
     # The response statuses that count (count_statuses, classes spelled out); None: every one.
     # What a request took is given back once its response has another status.
     count_statuses: frozenset[int] | None = None
+    # The response header holding a request's actual cost (Rule.cost_header): "" for none.
+    cost_header: str = ""
     # Who the rule counts (audience.py); all of it is known once the rules are loaded.
     audience: str = AppliesTo.ALL  # the row's applies_to
     groups: frozenset[int] = frozenset()
@@ -165,6 +172,7 @@ def build_rule(
     key_function: KeyFunction | None = None,
     rule_key: str | None = None,
     block: int = 0,
+    block_growth: int = 1,
     applies_to: str = AppliesTo.ALL,
     groups: frozenset[int] = frozenset(),
     exempt_staff: bool = False,
@@ -172,18 +180,22 @@ def build_rule(
     exempt_networks: NetworkSet = NO_NETWORKS,
     calendar: CalendarWindows | None = None,
     count_statuses: frozenset[int] | None = None,
+    cost_header: str = "",
 ) -> CompiledRule:
     """The one constructor of compiled rules; ``rule_key`` names the state in the store
     (default: the primary key in base 36). Raises ValueError for values no rule can have,
     however they reached it (a row written with SQL, a code default)."""
     _check_values(algorithm, limit, period, burst, action, fail_mode, key_kind)
     _check_whole("block", block, 0, MAX_BLOCK)
+    _check_whole("block_growth", block_growth, 1, MAX_GROWTH)
     if calendar is not None and algorithm != Algorithm.FIXED_WINDOW:
         raise ValueError("week and month windows are counted by the fixed window only")
     if applies_to not in _AUDIENCES:
         raise ValueError(f"unknown audience {applies_to!r}")
     if count_statuses and algorithm == Algorithm.CONCURRENCY:
         raise ValueError(CONCURRENCY_COUNTS_ALL)
+    if cost_header and algorithm == Algorithm.CONCURRENCY:
+        raise ValueError("a concurrency rule counts requests in flight, not costs")
     if methods and "GET" in methods:
         # Django answers HEAD with the GET view: a rule for GET that let HEAD through
         # uncounted would let anyone run the view without limit.
@@ -207,6 +219,7 @@ def build_rule(
         header_meta_key=header_meta_key(key_arg) if key_kind == KeyKind.HEADER else "",
         match=compile_scope(scope) if scope.startswith("^") else None,
         block=block,
+        block_growth=block_growth if block else 1,
         audience=applies_to,
         groups=groups,
         exempt_staff=exempt_staff,
@@ -215,6 +228,7 @@ def build_rule(
         calendar=calendar,
         on_loop=_on_loop(key_kind, applies_to, groups, exempt_staff, exempt_groups),
         count_statuses=count_statuses or None,
+        cost_header=cost_header,
     )
 
 
@@ -316,10 +330,12 @@ class RuleRow(Protocol):
     action: str
     fail_mode: str
     block_seconds: int
+    block_growth: int
     applies_to: str
     exempt_staff: bool
     exempt_networks: str
     count_statuses: str
+    cost_header: str
 
 
 def compile_rule(
@@ -349,6 +365,7 @@ def compile_rule(
         action=rule.action,
         fail_mode=rule.fail_mode,
         block=rule.block_seconds,
+        block_growth=rule.block_growth,
         applies_to=rule.applies_to,
         groups=frozenset(groups),
         exempt_staff=rule.exempt_staff,
@@ -356,6 +373,7 @@ def compile_rule(
         exempt_networks=network_set(rule.exempt_networks, conf.IPV6_PREFIX),
         calendar=calendar_of(rule.per, rule.unit),
         count_statuses=parse_statuses(rule.count_statuses),
+        cost_header=rule.cost_header,
     )
 
 

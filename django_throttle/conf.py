@@ -188,6 +188,13 @@ class Settings:
         hint="The IANA name of the zone where weeks and months start, e.g. 'Europe/Berlin'.",
     )
     BLOCK_CACHE = Setting[bool](True, (bool,))
+    BLOCK_MEMORY = Setting[int](
+        86400,
+        (int,),
+        minimum=0,
+        hint="Seconds a client's block level is remembered after its last block ended: a "
+        "rule with block_growth blocks it that many times longer when it comes back sooner.",
+    )
     MAX_DELAYED = Setting["int | str"](
         "auto",
         (int, str),

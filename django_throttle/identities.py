@@ -101,3 +101,8 @@ def identity(rule: CompiledRule, request: Any, memo: dict[str, str | None]) -> s
         value = rule.key_function(request)
         return None if value is None else "custom:" + str(value)
     return None
+
+
+# The ban check (engine/bans.py) reads a request as the rules do.
+param_value = _param
+user_pk = _user_pk

@@ -23,6 +23,7 @@ FALLBACK_DECISIONS = "django_throttle_fallback_decisions_total"
 BLOCK_CACHE_DECISIONS = "django_throttle_block_cache_decisions_total"
 LOG_FLUSHES = "django_throttle_log_flushes_total"
 NEAR_LIMIT = "django_throttle_near_limit_total"
+BANNED = "django_throttle_banned_total"
 
 ALLOWED, REJECTED, SHADOW_REJECTED, UNAVAILABLE = (
     "allowed",
@@ -121,6 +122,9 @@ class Instruments:
             NEAR_LIMIT,
             "Rule results of admitted decisions past NEAR_LIMIT_RATIO of the rule's limit.",
             ("rule",),
+        )
+        self.banned = Counter(
+            BANNED, "Requests refused (403) because their client is banned, by key kind.", ("kind",)
         )
         self.store_available.set(1)
         # labels() takes a lock and builds a tuple on every call: the children are kept.
@@ -355,6 +359,11 @@ def block_cache_hit(rule_name: str) -> None:
         m.count(m.block_cache_decisions, rule_name)
     except Exception:
         _failure()
+
+
+def banned(kind: str) -> None:
+    """Count a request refused because its client is banned (``kind``: ip, user, header, param)."""
+    _record(lambda m: m.count(m.banned, kind))
 
 
 def log_flushed(ok: bool) -> None:

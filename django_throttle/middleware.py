@@ -10,11 +10,13 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponse
 
 from .engine import (
+    aenforce_bans,
     aenforce_unrouted,
     aenforce_view,
     afailed,
     afinish,
     arelease_after_threads,
+    enforce_bans,
     enforce_unrouted,
     enforce_view,
     failed,
@@ -47,6 +49,8 @@ class ThrottleMiddleware:
     def __call__(self, request: HttpRequest) -> Any:
         if self.is_async:
             return self.__acall__(request)
+        if (banned := enforce_bans(request)) is not None:
+            return banned  # before any rule, whatever the path
         seen_by_middleware(request)
         threads = serving()
         counted = threads.enter()  # how many threads the server has, as seen (MAX_DELAYED)
@@ -68,6 +72,8 @@ class ThrottleMiddleware:
                 threads.leave()
 
     async def __acall__(self, request: HttpRequest) -> Any:
+        if (banned := await aenforce_bans(request)) is not None:
+            return banned
         seen_by_middleware(request)
         get_response: Callable[[HttpRequest], Awaitable[Any]] = self.get_response
         try:

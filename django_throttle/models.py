@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from datetime import datetime
 from typing import Any, TypeVar
 
 from django.core.exceptions import ValidationError
@@ -25,7 +26,7 @@ from .choices import (
     RejectionAction,
     Unit,
 )
-from .compiled import MAX_BLOCK, MAX_LIMIT
+from .compiled import MAX_BLOCK, MAX_GROWTH, MAX_LIMIT
 from .conf import conf
 from .networks import canonical_networks, normalized
 from .patterns import UnsafePattern, check_pattern
@@ -49,6 +50,7 @@ from .statuses import HIGHEST, LOWEST, is_status_number, item_statuses, shown, s
 __all__ = (
     "Action",
     "Algorithm",
+    "Ban",
     "Dashboard",
     "FailMode",
     "KeyKind",
@@ -268,6 +270,20 @@ class Rule(models.Model):
             "window says. Example: 3600 after 5 failed logins in 15 minutes. 0 = no block."
         ),
     )
+    block_growth = models.PositiveIntegerField(
+        _("block growth"),
+        default=1,
+        validators=[
+            MinValueValidator(1),
+            MaxValueValidator(MAX_GROWTH),
+        ],
+        help_text=_(
+            "Each further block of a client that comes back while its last block is "
+            "remembered (DJANGO_THROTTLE['BLOCK_MEMORY'], a day by default) lasts this many "
+            "times the one before, up to 7 days. Example: 4 makes blocks of 60 s, 4, 16 and "
+            "64 minutes. 1 = every block as long."
+        ),
+    )
     action = models.CharField(
         _("action"),
         max_length=10,
@@ -287,6 +303,18 @@ class Rule(models.Model):
             "Empty: every request counts. Else the statuses that count, comma-separated: "
             "401,403 (failed logins), 4xx, 5xx,429. The request is counted before the view; "
             "what it took is given back when its response has another status."
+        ),
+    )
+    cost_header = models.CharField(
+        _("cost from response header"),
+        max_length=100,
+        blank=True,
+        default="",
+        help_text=_(
+            "A response header holding the request's actual cost, a whole number (tokens an "
+            "LLM call used: X-Tokens-Used). The request takes its cost before the view (1 by "
+            "default); the difference is charged or given back when the response ends. Empty: "
+            "the cost taken stands. Not for concurrency rules."
         ),
     )
     fail_mode = models.CharField(
@@ -375,6 +403,10 @@ class Rule(models.Model):
             text += gettext(", then blocked for %(duration)s") % {
                 "duration": duration(self.block_seconds)
             }
+            if self.block_growth > 1:
+                text += gettext(", %(growth)s times longer each time it comes back") % {
+                    "growth": self.block_growth
+                }
         notes = []
         if self.methods:
             notes.append(gettext("%(methods)s only") % {"methods": self.methods.replace(",", ", ")})
@@ -513,6 +545,19 @@ class Rule(models.Model):
             error("exempt_networks", str(exc))
         for message in self._statuses_problems():
             error("count_statuses", message)
+        if isinstance(self.block_growth, int) and self.block_growth > 1 and not self.block_seconds:
+            error("block_growth", _("Growth lengthens blocks: set a block duration first."))
+        self.cost_header = (self.cost_header or "").strip()
+        if self.cost_header:
+            if not _HEADER_RE.match(self.cost_header):
+                error(
+                    "cost_header", _("%(h)r is not a valid header name.") % {"h": self.cost_header}
+                )
+            elif self.algorithm == Algorithm.CONCURRENCY:
+                error(
+                    "cost_header",
+                    _("A concurrency rule counts requests in flight, not costs; leave it empty."),
+                )
         seconds = UNIT_SECONDS.get(self.unit)
         if seconds and isinstance(self.per, int) and self.per * seconds > MAX_WINDOW:
             error(
@@ -708,6 +753,103 @@ def keyed_address(text: str) -> str | None:
         if network.version == 6 and network.prefixlen == conf.IPV6_PREFIX:
             address = str(network)
     return address
+
+
+# -- bans ----------------------------------------------------------------------------------
+
+# The kinds a ban names a client by, as identities key them (ip takes networks too).
+BAN_KINDS = ("ip", "user", "header", "param")
+
+
+class BanQuerySet(ValidatedQuerySet["Ban"]):
+    pass
+
+
+class Ban(models.Model):
+    """A client refused everywhere (403) by ThrottleMiddleware, before any rule."""
+
+    key = models.CharField(
+        _("client key"),
+        max_length=255,
+        help_text=_(
+            "As the dashboard writes it: ip:203.0.113.7, a network ip:203.0.113.0/24 or "
+            "ip:2001:db8::/48, user:42, header:<value> or param:<value>."
+        ),
+    )
+    reason = models.TextField(_("reason"), blank=True)
+    expires_at = models.DateTimeField(
+        _("expires"),
+        null=True,
+        blank=True,
+        help_text=_("When this ban stops applying. Empty: never."),
+    )
+    created_at = models.DateTimeField(_("created"), auto_now_add=True)
+    # What processes without Redis watch to see a ban changed (DatabaseVersion).
+    updated_at = models.DateTimeField(_("updated"), auto_now=True)
+
+    objects = BanQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "key"]
+        verbose_name = _("ban")
+        verbose_name_plural = _("bans")
+        constraints = [models.UniqueConstraint(fields=["key"], name="django_throttle_one_ban")]
+
+    def __str__(self) -> str:
+        return self.key
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        self.full_clean()
+        super().save(*args, **kwargs)
+
+    def clean(self) -> None:
+        try:
+            self.key = Ban.keyed(self.key or "")
+        except ValueError as exc:
+            raise ValidationError({"key": str(exc)}) from None
+
+    @staticmethod
+    def keyed(key: str) -> str:
+        """The key as the ban index reads it (an address as identities key it, a network in
+        its canonical spelling); raise ValueError saying what is wrong with it."""
+        key = key.strip()
+        kind, colon, value = key.partition(":")
+        value = value.strip()
+        if not colon or kind not in BAN_KINDS or not value:
+            raise ValueError(
+                gettext(
+                    "Write the key as the dashboard does: ip:203.0.113.7, a network "
+                    "ip:203.0.113.0/24, user:42, header:<value> or param:<value>."
+                )
+            )
+        if kind != "ip":
+            return f"{kind}:{value}"
+        if "/" not in value:
+            address = keyed_address(value)
+            if address is None:
+                raise ValueError(gettext("%(v)r is not an IP address.") % {"v": value})
+            return "ip:" + address
+        try:
+            network = ipaddress.ip_network(value, strict=False)
+        except ValueError:
+            raise ValueError(
+                gettext("%(v)r is not an IP network (write e.g. 203.0.113.0/24).") % {"v": value}
+            ) from None
+        if network.version == 4 and network.prefixlen == 32:
+            return f"ip:{network.network_address}"
+        if network.version == 6 and network.prefixlen > conf.IPV6_PREFIX:
+            # Clients are keyed by their IPv6 network: a narrower ban could never match one.
+            raise ValueError(
+                gettext(
+                    "IPv6 clients are told apart by their /%(n)d network: ban that network "
+                    "or a wider one."
+                )
+                % {"n": conf.IPV6_PREFIX}
+            )
+        return f"ip:{network}"
+
+    def in_force(self, now: datetime | None = None) -> bool:
+        return self.expires_at is None or self.expires_at > (now or timezone.now())
 
 
 # -- the rejection log -----------------------------------------------------------------

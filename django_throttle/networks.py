@@ -23,6 +23,13 @@ def normalized(text: str, ipv6_prefix: int) -> str | None:
         text = text.split(":", 1)[0]
     text = text.split("%", 1)[0]  # a zone id ("fe80::1%eth0") names a local interface
     try:
+        # A dotted quad inet_pton reads is one ipaddress reads and spells the same (four
+        # decimal octets, no leading zeros), in a tenth of the time: a new client pays less.
+        socket.inet_pton(socket.AF_INET, text)
+        return text
+    except (OSError, ValueError):
+        pass
+    try:
         address = ipaddress.ip_address(text)
     except ValueError:
         return None

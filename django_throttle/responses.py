@@ -1,4 +1,4 @@
-"""Rate-limit headers, and the 429 / 503 responses."""
+"""Rate-limit headers, and the 429 / 503 responses (and a banned client's 403)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ X_RESET = "X-RateLimit-Reset"
 POLICY = "RateLimit-Policy"
 RATELIMIT = "RateLimit"
 TEMPLATE = "django_throttle/429.html"
+BANNED_TEMPLATE = "django_throttle/403.html"
 
 HTML, JSON, PROBLEM = "text/html", "application/json", "application/problem+json"
 # RFC 9457 problem types: draft-ietf-httpapi-ratelimit-headers' for a 429; for a 503, "about:blank"
@@ -195,7 +196,10 @@ def page_language(unavailable: bool) -> str:
     translates the page's heading into it, else English, the text of the template itself.
     (LANGUAGE_CODE exists only with the i18n context processor, which startproject leaves
     out.)"""
-    heading = "Service unavailable" if unavailable else "Too many requests"
+    return _language("Service unavailable" if unavailable else "Too many requests")
+
+
+def _language(heading: str) -> str:
     language = get_language() or "en"
     if language.startswith("en") or _(heading) != heading:
         return language
@@ -251,3 +255,23 @@ def violated_policies(decision: Decision) -> list[str]:
     if not names and decision.rule is not None:
         names = [decision.rule]
     return list(dict.fromkeys(names))
+
+
+def banned_response(request: HttpRequest) -> HttpResponse:
+    """The 403 of a banned client, in the body its Accept prefers, as a 429's."""
+    detail = _("Requests from this client are not allowed.")
+    kind = body_type(request)
+    response: HttpResponse
+    if kind == PROBLEM:
+        problem = {"type": ABOUT_BLANK, "title": _("Forbidden"), "status": 403, "detail": detail}
+        response = JsonResponse(problem, status=403, content_type=PROBLEM)
+    elif kind == JSON:
+        response = JsonResponse({"detail": detail}, status=403)
+    else:
+        context = {"language": _language("Forbidden")}
+        response = HttpResponse(
+            render_to_string(BANNED_TEMPLATE, context, request=request), status=403
+        )
+    # Recorded on the dashboard under "ban", not logged by Django's request logger.
+    response._has_been_logged = True  # type: ignore[attr-defined]  # Django's own flag
+    return response

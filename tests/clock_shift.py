@@ -8,6 +8,7 @@ import functools
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -36,3 +37,25 @@ def shifted(seconds: float) -> dict[str, str]:
         "LD_PRELOAD": library(),
         "CLOCK_SHIFT_US": str(round(seconds * 1_000_000)),
     }
+
+
+class MovableClock:
+    """The wall clock of processes started with ``env()``, moved forward while they run:
+    ``advance(60)`` and a real redis-server's TIME and key expiry are a minute later."""
+
+    def __init__(self) -> None:
+        handle, self.path = tempfile.mkstemp(prefix="clock-shift-")
+        os.write(handle, (0).to_bytes(8, sys.byteorder, signed=True))
+        os.close(handle)
+        self.us = 0
+
+    def env(self) -> dict[str, str]:
+        return {**shifted(0), "CLOCK_SHIFT_FILE": self.path}
+
+    def advance(self, seconds: float) -> None:
+        self.us += round(seconds * 1_000_000)
+        with open(self.path, "r+b") as file:
+            file.write(self.us.to_bytes(8, sys.byteorder, signed=True))
+
+    def close(self) -> None:
+        os.unlink(self.path)

@@ -77,6 +77,7 @@ class StoreCalls:
 
     def __init__(self) -> None:
         self.decisions = 0
+        self.refunds = 0  # refund.lua calls: give-backs, charges, ended leases
 
 
 @pytest.fixture
@@ -90,5 +91,12 @@ def store_calls(monkeypatch: pytest.MonkeyPatch) -> StoreCalls:
         calls.decisions += 1
         return decide(store, *args, **kwargs)
 
+    refund = RedisStore.refund
+
+    def counted_refund(store: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.refunds += 1
+        return refund(store, *args, **kwargs)
+
     monkeypatch.setattr(RedisStore, "decide", counted)
+    monkeypatch.setattr(RedisStore, "refund", counted_refund)
     return calls

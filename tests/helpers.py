@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -14,6 +15,12 @@ from django_throttle.models import Rule
 def rule(name: str, scope: str, limit: int, **fields: Any) -> Rule:
     """An enabled admin rule (defaults: per ip, per minute, sliding window counter, reject)."""
     return Rule.objects.create(name=name, scope=scope, limit=limit, **fields)
+
+
+def room_in_the_minute() -> None:
+    """Wait until 10 s of the clock's minute are left at least: a minute's window must not end
+    in the middle of a test that counts in it."""
+    time.sleep(max(0.0, 10 - (60 - time.time() % 60)))
 
 
 def statuses(client: Any, path: str, times: int, method: str = "get", **extra: Any) -> list[int]:

@@ -34,6 +34,7 @@ def form_data(**fields: Any) -> dict[str, Any]:
         "algorithm": "sliding_window_log",
         "burst": "",
         "block_seconds": "0",
+        "block_growth": "1",
         "applies_to": "all",
         "exempt_networks": "",
         "action": "reject",
@@ -180,7 +181,7 @@ def test_add_page_renders_the_fieldsets_and_help_texts(admin_client):
     response = admin_client.get(ADD)
     assert response.status_code == 200
     fieldsets = {fieldset.name: fieldset.fields for fieldset in response.context["adminform"]}
-    assert fieldsets["Matching"] == ("scope", "methods", "count_statuses")
+    assert fieldsets["Matching"] == ("scope", "methods", "count_statuses", "cost_header")
     assert fieldsets["Limit"] == (
         "key_kind",
         "key_arg",
@@ -190,7 +191,7 @@ def test_add_page_renders_the_fieldsets_and_help_texts(admin_client):
         "algorithm",
         "burst",
     )
-    assert fieldsets["Behaviour"] == ("block_seconds", "action", "fail_mode")
+    assert fieldsets["Behaviour"] == ("block_seconds", "block_growth", "action", "fail_mode")
     html = response.content.decode()
     for heading in ("Matching", "Limit", "Behaviour"):
         assert heading in html

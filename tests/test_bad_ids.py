@@ -184,6 +184,7 @@ def test_a_rule_form_with_bad_group_ids(boss: Client, bad: str) -> None:
         "applies_to": "all",
         "enabled": "on",
         "block_seconds": "0",
+        "block_growth": "1",
         "groups": [bad],
         "exempt_groups": [bad],
         "overrides-TOTAL_FORMS": "0",

@@ -337,6 +337,25 @@ def test_a_block_lives_in_the_client_s_slot(cluster: ClusterHarness, store: Clus
     assert store.decide([Check(limit, identity)])[0].allowed
 
 
+def test_a_growing_block_keeps_its_level_beside_it(
+    cluster: ClusterHarness, store: ClusterStore
+) -> None:
+    growing = build_rule(
+        id=1, name="grows", algorithm="fixed_window", limit=1, period=1, block=1, block_growth=3
+    )
+    identity = "ip:203.0.113.51"
+    seconds = []
+    for _ in range(2):
+        time.sleep(1.05)  # past the window and the block before
+        assert store.decide([Check(growing, identity)])[0].allowed
+        (rejected,) = store.decide([Check(growing, identity)])
+        seconds.append(round(rejected.retry_after))
+    assert seconds == [1, 3]
+    assert store.block_levels([Check(growing, identity)]) == [2]
+    store.reset(growing, identity)
+    assert store.block_levels([Check(growing, identity)]) == [0]
+
+
 def test_a_dry_run_across_slots_writes_nothing(
     cluster: ClusterHarness, store: ClusterStore
 ) -> None:

@@ -142,3 +142,22 @@ def test_a_request_does_the_same_work_with_100000_networks_as_with_2(
         assert exempt == [200, 200]  # its third request of a rule of 2
     assert work[MANY] == work[2]
     assert work[MANY][1] < 100  # parsing one address, not a test per network
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["203.0.113.7", "0.0.0.0", "255.255.255.255", "01.2.3.4", "1.2.3", "1.2.3.4.5", "256.1.1.1"]
+    + ["1.2.3.04", "1.2.3.4 ", " 1.2.3.4:80", "0x1.2.3.4", "1e1.2.3.4", "::ffff:1.2.3.4"],
+)
+def test_an_ipv4_address_is_read_as_ipaddress_reads_it(text: str) -> None:
+    import ipaddress
+
+    stripped = text.strip().split(":", 1)[0] if text.strip().count(":") == 1 else text.strip()
+    try:
+        parsed = ipaddress.ip_address(stripped)
+    except ValueError:
+        expected = None
+    else:
+        mapped = getattr(parsed, "ipv4_mapped", None)
+        expected = str(mapped or parsed)
+    assert normalized.__wrapped__(text, 64) == expected

@@ -113,6 +113,7 @@ def test_two_inline_rows_for_one_client_are_a_form_error(admin_client: Any) -> N
         "algorithm": "sliding_window_counter",
         "burst": "",
         "block_seconds": "0",
+        "block_growth": "1",
         "applies_to": "all",
         "exempt_networks": "",
         "action": "reject",

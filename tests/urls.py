@@ -37,6 +37,7 @@ urlpatterns = [
     path("late-check/", views.late_check, name="late-check"),
     path("delayed/", views.delayed, name="delayed"),
     path("store-now/", views.store_now, name="store-now"),
+    path("llm/stream/<int:tokens>/", views.llm_stream, name="llm-stream"),
 ]
 
 try:

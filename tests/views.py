@@ -9,7 +9,7 @@ from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
 from django.utils.decorators import method_decorator
 from django.views import View
 
-from django_throttle import check, refund, throttle
+from django_throttle import check, refund, settle, throttle
 
 
 def plain(request, **kwargs):
@@ -185,3 +185,15 @@ def store_now(request):
 
     seconds, micros = get_redis_connection("default").time()
     return JsonResponse({"now": seconds + micros / 1_000_000})
+
+
+def llm_stream(request, tokens):
+    """A completion streamed a token at a time, its cost settled as the last chunk is made
+    (tests/test_settlements.py, under real servers)."""
+
+    def completion():
+        for _ in range(tokens):
+            yield b"t "
+        settle(request, tokens)
+
+    return StreamingHttpResponse(completion())

@@ -1,5 +1,5 @@
 """The dashboard's actions on one client under one rule (or a scope's code defaults): Block,
-Unblock, Exempt and Own limit; each logged in the admin log."""
+Unblock, Exempt and Own limit; and Ban, everywhere. Each logged in the admin log."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from django.utils.translation import gettext_lazy as _
 
 from ..compiled import MAX_LIMIT, CompiledRule
 from ..engine import block_rules, reset_rules
-from ..models import Dashboard, Override, Rule
+from ..models import Ban, Dashboard, Override, Rule
 from ..rules import compile_rule, defaults_of
 from ..store.errors import STORE_ERRORS
 from .fields import IdField
@@ -31,7 +31,7 @@ from .fields import IdField
 if TYPE_CHECKING:
     from django.contrib.auth.base_user import AbstractBaseUser
 
-BLOCK, UNBLOCK, EXEMPT, LIMIT = "block", "unblock", "exempt", "limit"
+BLOCK, UNBLOCK, EXEMPT, LIMIT, BAN = "block", "unblock", "exempt", "limit", "ban"
 BLOCK_TIMES = (
     (900, _("15 minutes")),
     (3600, _("1 hour")),
@@ -80,6 +80,17 @@ class ActionForm(forms.Form):
                 _("Code defaults have no overrides: write a rule for the scope in the admin.")
             )
         return data
+
+
+class BanForm(forms.Form):
+    """Ban's POST: the client everywhere, not under a rule."""
+
+    key = forms.CharField(max_length=255, strip=True)
+    reason = forms.CharField(max_length=2000, required=False, strip=True)
+    expires = forms.TypedChoiceField(
+        label=_("ends"), choices=EXPIRY_TIMES, coerce=int, required=False, empty_value=None
+    )
+    next = forms.CharField(max_length=4000, required=False)
 
 
 def may(request: HttpRequest, action: str, model: type[Model]) -> bool:
@@ -156,6 +167,51 @@ def act(request: HttpRequest) -> HttpResponse:
                 "scope": scope,
             }
         messages.success(request, done)
+    return HttpResponseRedirect(back)
+
+
+def ban(request: HttpRequest) -> HttpResponse:
+    """Ban the client everywhere (its Ban, made, or changed if it has one), as the Ban admin
+    lets the user: adding needs the add permission, changing the change permission. Every
+    process refuses it once it reloads its rules, within RULES_REFRESH."""
+    if not may(request, "add", Ban):
+        raise PermissionDenied
+    form = BanForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, _("Choose a client key to ban."))
+        return HttpResponseRedirect(_back(request, form.data.get("next")))
+    data = form.cleaned_data
+    key, seconds = data["key"], data["expires"]
+    back = _back(request, data["next"])
+    try:
+        keyed = Ban.keyed(key)
+    except ValueError as exc:
+        messages.error(request, str(exc))
+        return HttpResponseRedirect(back)
+    existing = Ban.objects.filter(key=keyed).first()
+    if existing is not None and not may(request, "change", Ban):
+        raise PermissionDenied
+    banned = existing or Ban(key=keyed)
+    banned.expires_at = None if seconds is None else timezone.now() + timedelta(seconds=seconds)
+    banned.reason = data["reason"] or banned.reason
+    banned.save()
+    if banned.expires_at is None:
+        message = _("Banned client key %(key)s everywhere, with no end.") % {"key": banned.key}
+    else:
+        local = timezone.localtime(banned.expires_at)
+        message = _("Banned client key %(key)s everywhere until %(t)s") % {
+            "key": banned.key,
+            "t": date_format(local, "DATETIME_FORMAT"),
+        }
+        message = f"{message}" if str(message).endswith(".") else f"{message}."
+    LogEntry.objects.log_actions(
+        user_id=_user_id(request),
+        queryset=[banned],
+        action_flag=ADDITION if existing is None else CHANGE,
+        change_message=str(message),
+        single_object=True,
+    )
+    messages.success(request, message)
     return HttpResponseRedirect(back)
 
 

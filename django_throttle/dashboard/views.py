@@ -27,15 +27,15 @@ from ..choices import ALGORITHMS_WITH_BURST as BUCKETS
 from ..choices import KeyKind
 from ..compiled import CompiledRule, with_overrides
 from ..conf import conf
-from ..engine import inspect, rule_for
-from ..models import Dashboard, Override, Rule
+from ..engine import block_levels, inspect, rule_for
+from ..models import Ban, Dashboard, Override, Rule
 from ..rates import describe
 from ..rejection_log import REJECT, SHADOW, UNAVAILABLE, collect, is_complete
 from ..rejection_log.database import as_datetime
 from ..rules import compile_rule, default_scopes, defaults_of
 from ..store import Result, get_store
 from ..store.errors import STORE_ERRORS
-from .actions import BLOCK_TIMES, EXPIRY_TIMES, act, may_override
+from .actions import BAN, BLOCK_TIMES, EXPIRY_TIMES, act, ban, may, may_override
 from .chart import chart_svg, legend
 from .fields import IdsField, RuleNameSearch, RuleSearch
 from .queries import DEFAULT_PERIOD, PERIODS, dashboard_data
@@ -225,6 +225,7 @@ class DashboardAdmin(_DashboardModelAdmin):
             + urlencode({k: v for k, v in (("rule", rule), ("period", period)) if v}),
             key_form=key_form,
             can_act=self.can_reset(request),
+            can_ban=may(request, "add", Ban),
             here=request.get_full_path(),
             block_times=BLOCK_TIMES,
             expiry_times=EXPIRY_TIMES,
@@ -244,6 +245,8 @@ class DashboardAdmin(_DashboardModelAdmin):
         """GET: the state of a key under some rules, read without consuming. POST: reset it."""
         self._require_view(request)
         if request.method == "POST":
+            if request.POST.get("action") == BAN:
+                return ban(request)  # which checks the Ban add permission
             if not self.can_reset(request):
                 raise PermissionDenied
             return act(request)
@@ -261,6 +264,7 @@ class DashboardAdmin(_DashboardModelAdmin):
             key=form.cleaned_data["key"] if form.is_bound and form.is_valid() else "",
             states=states,
             can_reset=self.can_reset(request),
+            can_ban=may(request, "add", Ban),
             here=request.get_full_path(),
             block_times=BLOCK_TIMES,
             expiry_times=EXPIRY_TIMES,
@@ -401,6 +405,7 @@ class KeyState:
     retry_after: float | None = None
     allowed: bool | None = None
     blocked: bool = False
+    block_level: int = 0  # blocks a growing rule has given the client while remembered
     error: str | None = None
     warning: str | None = None
     can_override: bool = False  # the user may exempt the client or give it its own limit
@@ -435,14 +440,17 @@ def _states(rules: list[Rule], key: str) -> list[KeyState]:
             continue
         checks.append((state, own))
     if checks:
+        owns = [own for _, own in checks]
         try:
-            results = inspect([own for _, own in checks], key)
+            results = inspect(owns, key)
+            levels = block_levels(owns, key)
         except STORE_ERRORS as exc:
             for state, _own in checks:
                 state.error = str(_("The store is unavailable (%(e)s).") % {"e": exc})
         else:
-            for (state, own), result in zip(checks, results, strict=True):
+            for (state, own), result, level in zip(checks, results, levels, strict=True):
                 state.show(own, result)
+                state.block_level = level
     return states
 
 

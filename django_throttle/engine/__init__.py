@@ -3,13 +3,16 @@ follows. The entry points use only what this package exports, never its modules.
 
 from __future__ import annotations
 
-from .deciding import block_rules, inspect, reset_rules
+from .bans import aenforce_bans, enforce_bans
+from .deciding import block_levels, block_rules, inspect, reset_rules
 from .delays import serving
 from .explicit_keys import (
     ablock_key,
+    acharge_key,
     adecide_key,
     block_key,
     block_seconds,
+    charge_key,
     decide_key,
     refund_key,
     reset_key,
@@ -36,6 +39,7 @@ from .leases import (
 from .overrides import rule_for
 from .refunds import arefund_request, refund_request
 from .request_state import SPECS_ATTR, seen_by_middleware, state_of, under_middleware
+from .settlements import settle_request, view_failed
 
 __all__ = (
     "SPECS_ATTR",
@@ -43,8 +47,10 @@ __all__ = (
     "afailed",
     "afinish",
     "ablock_key",
+    "acharge_key",
     "adecide_key",
     "aenforce",
+    "aenforce_bans",
     "aenforce_unrouted",
     "aenforce_view",
     "aevaluate",
@@ -52,10 +58,13 @@ __all__ = (
     "arelease_after_threads",
     "arelease_leases",
     "block_key",
+    "block_levels",
     "block_rules",
     "block_seconds",
+    "charge_key",
     "decide_key",
     "enforce",
+    "enforce_bans",
     "enforce_unrouted",
     "enforce_view",
     "evaluate",
@@ -72,6 +81,8 @@ __all__ = (
     "rule_for",
     "seen_by_middleware",
     "serving",
+    "settle_request",
     "state_of",
     "under_middleware",
+    "view_failed",
 )

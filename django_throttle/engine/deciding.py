@@ -46,6 +46,17 @@ def inspect(rules: Sequence[CompiledRule], key: str) -> list[Result]:
     return get_store().inspect([Check(rule, key) for rule in rules])
 
 
+def block_levels(rules: Sequence[CompiledRule], key: str) -> list[int]:
+    """How many blocks each growing rule has given client ``key`` while it is remembered (0
+    under other rules), in one store call when a rule grows (none otherwise)."""
+    growing = [rule for rule in rules if rule.block_growth > 1]
+    if not growing:
+        return [0] * len(rules)
+    levels = get_store().block_levels([Check(rule, key) for rule in growing])
+    found = dict(zip(map(id, growing), levels, strict=True))
+    return [found.get(id(rule), 0) for rule in rules]
+
+
 def reset_rules(rules: Sequence[CompiledRule], key: str) -> int:
     """Forget client ``key``'s state under each rule, and tell every process's block cache
     (within RULES_REFRESH, no rule reloads); how many rules. The store's error is raised."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from asgiref.sync import sync_to_async
 
+from ..choices import Algorithm
 from ..compiled import MAX_BLOCK, every_call
 from ..costs import valid_cost
 from ..decision import Decision
@@ -13,7 +14,7 @@ from ..store import Check
 from .announcing import announce
 from .deciding import adecide, block_rules, decide, reset_rules
 from .overrides import rule_for
-from .refunds import Refund, give_back
+from .refunds import Refund, agive_back, give_back
 
 
 def decide_key(scope: str, key: str, cost: int = 1, dry_run: bool = False) -> Decision:
@@ -42,6 +43,33 @@ def refund_key(scope: str, key: str, cost: int = 1) -> int:
     checks, _ = key_checks(scope, key, key_arguments(scope, key, cost))
     give_back([Refund(0, False, checks)] if checks else [], announce=True)
     return len(checks)
+
+
+def charge_key(scope: str, key: str, cost: int) -> int:
+    """Add ``cost`` to client ``key`` under the rules of ``scope`` now, without a decision: work
+    done whose cost is known only afterwards (the tokens of an LLM call), counted even past a
+    limit, so that later decisions wait until it has drained. How many rules were charged
+    (never a concurrency rule: its slots are requests in flight, not units)."""
+    cost = key_arguments(scope, key, cost)
+    checks = charged(key_checks(scope, key, -cost)[0])  # a negative cost charges (refund.lua)
+    give_back([Refund(0, False, checks)] if checks else [])
+    return len(checks)
+
+
+async def acharge_key(scope: str, key: str, cost: int) -> int:
+    cost = key_arguments(scope, key, cost)
+    # Loading changed rules may query the database, which the event loop must not.
+    checks = charged((await sync_to_async(key_checks)(scope, key, -cost))[0])
+    await agive_back([Refund(0, False, checks)] if checks else [])
+    return len(checks)
+
+
+def charged(checks: list[Check]) -> list[Check]:
+    """The checks a charge applies to: all but concurrency rules'."""
+    return [check for check in checks if check.rule.algorithm != _CONCURRENCY]
+
+
+_CONCURRENCY = str(Algorithm.CONCURRENCY)
 
 
 def reset_key(scope: str, key: str) -> int:

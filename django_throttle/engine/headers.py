@@ -1,5 +1,6 @@
-"""A request's response as the engine sees it: what a rule does not count given back, the
-rate-limit headers of its decisions written, its concurrency leases set to end."""
+"""A request's response as the engine sees it: what a rule does not count given back, a cost
+known after the response settled, the rate-limit headers of its decisions written, its
+concurrency leases set to end."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from ..responses import RETRY_AFTER, X_LIMIT, add_headers, retry_after_seconds
 from .leases import arelease_leases, release_leases, release_when_closed
 from .outcomes import acount_outcome, count_outcome, failed_status
 from .request_state import RequestState, state_of
+from .settlements import asettle_cost, settle_cost, view_failed
 
 
 def finish(request: Any, response: Any) -> Any:
@@ -22,6 +24,7 @@ def finish(request: Any, response: Any) -> Any:
     state = state_of(request)
     if state.taken and isinstance(response, HttpResponseBase):
         count_outcome(state, response.status_code)
+        settle_cost(request, state, response)  # a cost known after the response
     return _written(request, state, response)
 
 
@@ -30,6 +33,7 @@ async def afinish(request: Any, response: Any) -> Any:
     state = state_of(request)
     if state.taken and isinstance(response, HttpResponseBase):
         await acount_outcome(state, response.status_code)
+        await asettle_cost(request, state, response)
     return _written(request, state, response)
 
 
@@ -37,11 +41,13 @@ def failed(request: Any, error: BaseException) -> None:
     """The view raised: no response will be closed. What the rules that do not count the
     status Django answers with (500, or 404, 403, 400) took is given back; the leases end."""
     count_outcome(state_of(request), failed_status(error))
+    view_failed(request)
     release_leases(request)
 
 
 async def afailed(request: Any, error: BaseException) -> None:
     await acount_outcome(state_of(request), failed_status(error))
+    view_failed(request)
     await arelease_leases(request)
 
 

@@ -19,6 +19,7 @@ class RequestState:
     """Every decision made for the request, and the result of each rule that counted it."""
 
     __slots__ = (
+        "actual",
         "counted",
         "decided_specs",
         "decisions",
@@ -26,6 +27,7 @@ class RequestState:
         "middleware",
         "paths_decided",
         "release_armed",
+        "settled",
         "taken",
     )
 
@@ -44,6 +46,10 @@ class RequestState:
         self.decided_specs: set[int] = set()
         self.middleware = False  # ThrottleMiddleware is in the chain: it writes the headers
         self.paths_decided = False  # the path rules were decided before the view
+        # settle(): the request's actual cost by rule (state prefix), applied once when the
+        # response ends (settled).
+        self.actual: dict[str, int] = {}
+        self.settled = False
 
     def for_headers(self) -> Decision | None:
         """The decision whose figures the response shows: a rejection, else the most

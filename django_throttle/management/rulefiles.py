@@ -26,7 +26,7 @@ from ..signals import rules_written
 # The Rule fields a file carries, in the order they are written.
 FIELDS = (*RULE_SETTINGS, "enabled")
 RELATED = ("groups", "exempt_groups", "overrides")
-INTEGERS = ("limit", "per", "burst", "block_seconds")
+INTEGERS = ("limit", "per", "burst", "block_seconds", "block_growth")
 BOOLEANS = ("exempt_staff", "enabled")
 
 

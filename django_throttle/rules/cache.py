@@ -14,12 +14,14 @@ from django.db import DatabaseError, connection, connections, transaction
 from django.db.models import Count, Max
 from django.utils import timezone
 
+from ..choices import KeyKind
 from ..compiled import CompiledRule, OverrideSpec, RuleRow, compile_rule, with_overrides
 from ..conf import conf
-from ..models import Override, Rule
+from ..models import Ban, Override, Rule
 from ..runtime import current, runtime
 from ..state_keys import held_key, same_slot, version_key
 from ..store import get_store
+from .bans import BanIndex
 from .ruleset import RuleSet
 
 logger = logging.getLogger("django_throttle")
@@ -60,18 +62,19 @@ class RedisVersion:
 
 
 class DatabaseVersion:
-    """Without Redis, a cheap fingerprint of the rule table stands in for the version."""
+    """Without Redis, a cheap fingerprint of the rule and ban tables stands in for the version."""
 
     def read(self) -> Any:
         row = Rule.objects.aggregate(n=Count("pk"), last=Max("updated_at"))
-        return (row["n"], row["last"])
+        bans = Ban.objects.aggregate(n=Count("pk"), last=Max("updated_at"))
+        return (row["n"], row["last"], bans["n"], bans["last"])
 
     def read_tokens(self) -> tuple[Any, Any]:
         """The fingerprint, and no blocks token: without Redis, state is this process's own."""
         return self.read(), None
 
     def bump(self) -> None:
-        """Nothing to do: every write changes the row count or the latest updated_at."""
+        """Nothing to do: every write changes a row count or a latest updated_at."""
 
     def bump_blocks(self) -> None:
         """Nothing to do: the memory store's clients are this process's only."""
@@ -83,6 +86,7 @@ RULE_SETTINGS = (
     "scope",
     "methods",
     "count_statuses",
+    "cost_header",
     "key_kind",
     "key_arg",
     "limit",
@@ -91,6 +95,7 @@ RULE_SETTINGS = (
     "algorithm",
     "burst",
     "block_seconds",
+    "block_growth",
     "action",
     "fail_mode",
     "applies_to",
@@ -114,8 +119,8 @@ class _Row:
 def load_rules(previous: RuleSet | None = None) -> RuleSet:
     """Read and compile the enabled rules; a rule that cannot be compiled is skipped and logged.
     A row identical to one of ``previous`` (with its overrides and groups) keeps its compiled
-    rule: a reload compiles only what changed."""
-    # Four flat queries, whatever the number of rules (no IN list of every primary key).
+    rule: a reload compiles only what changed. The bans in force are indexed with them."""
+    # Five flat queries, whatever the number of rules (no IN list of every primary key).
     overrides: dict[int, list[OverrideSpec]] = {}
     now = timezone.now()
     for rule_id, key, limit, exempt, expires_at in (
@@ -156,9 +161,29 @@ def load_rules(previous: RuleSet | None = None) -> RuleSet:
             continue
         sources[pk] = (source, ready)
         compiled.append(ready)
-    ruleset = RuleSet(compiled, block_cache=conf.BLOCK_CACHE)
+    ruleset = RuleSet(compiled, block_cache=conf.BLOCK_CACHE, bans=load_bans(compiled))
     ruleset.sources = sources
     return ruleset
+
+
+def load_bans(rules: Iterable[CompiledRule]) -> BanIndex | None:
+    """The bans not ended yet, indexed (None: there are none); a header or param ban is
+    looked for under the header and parameter names these rules key on."""
+    now = timezone.now()
+    rows = [
+        (key, None if ends is None else ends.timestamp())
+        for key, ends in Ban.objects.exclude(expires_at__lte=now).values_list("key", "expires_at")
+    ]
+    if not rows:
+        return None
+    rules = tuple(rules)
+    return BanIndex(
+        rows,
+        header_keys=(r.header_meta_key for r in rules if r.key_kind == KeyKind.HEADER),
+        params=(r.key_arg for r in rules if r.key_kind == KeyKind.PARAM),
+        ipv6_prefix=conf.IPV6_PREFIX,
+        now=now.timestamp(),
+    )
 
 
 def _group_ids(through: Any) -> dict[int, tuple[int, ...]]:

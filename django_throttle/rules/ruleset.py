@@ -7,13 +7,22 @@ from typing import Any
 
 from ..compiled import CompiledRule
 from ..patterns import UnsafePattern, compile_scope_set, literal_prefix
+from .bans import BanIndex
 
 
 class RuleSet:
     """Built once per rule change, so matching a request looks only at rules that can apply."""
 
-    def __init__(self, rules: Iterable[CompiledRule] = (), block_cache: bool = False) -> None:
+    def __init__(
+        self,
+        rules: Iterable[CompiledRule] = (),
+        block_cache: bool = False,
+        bans: BanIndex | None = None,
+    ) -> None:
         self.rules: tuple[CompiledRule, ...] = tuple(rules)
+        # The bans loaded with the rules (ThrottleMiddleware looks every request up in them);
+        # None without any: the request looks no further.
+        self.bans = bans if bans else None
         # Clients this process saw rejected until a known time, under these rules: state key
         # -> (until, on the monotonic clock; the rejection). None: BLOCK_CACHE is off. A
         # reload carries over the entries of the rules it did not change; a reset or refund

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..compiled import CompiledRule, outcomes_rule
 from ..state_keys import BLOCK_SUFFIX, client_tag
@@ -35,12 +35,23 @@ def block_key(rule: CompiledRule, identity: str) -> str:
     return rule.block_prefix + client_tag(identity) + BLOCK_SUFFIX
 
 
+def levels(values: Sequence[Any]) -> list[int]:
+    """Block levels as read from the store (missing: 0)."""
+    return [int(value) if value is not None else 0 for value in values]
+
+
+def level_key(rule: CompiledRule, identity: str) -> str:
+    """How many blocks a growing rule has given the client while it is remembered (decide.lua
+    writes it when a block starts): beside its block key."""
+    return block_key(rule, identity) + "g"
+
+
 def client_keys(rule: CompiledRule, identity: str, now: float) -> list[str]:
     """Every key one client can have under ``rule`` around ``now`` (the store's clock, as this
-    process estimates it): its block key, its state key and, for windows, the key of every
+    process estimates it): its block key and block level, its state key and, for windows, the key of every
     window a decision could count in or read from within a period either side of ``now``; the
     same of its counted outcomes' state for a rule that defers its block."""
-    keys = [block_key(rule, identity)]
+    keys = [block_key(rule, identity), level_key(rule, identity)]
     for each in (rule, outcomes_rule(rule)) if rule.defers_block else (rule,):
         key = state_key(each, identity)
         keys.append(key)
@@ -94,6 +105,10 @@ class Store(Protocol):
 
     def block(self, checks: Sequence[Check], seconds: int) -> None:
         """Reject each check's client under its rule for ``seconds``, whatever its state."""
+        ...
+
+    def block_levels(self, checks: Sequence[Check]) -> list[int]:
+        """How many blocks each check's rule has given its client while it is remembered."""
         ...
 
     def refund(self, checks: Sequence[Check], at: int = 0) -> None:

@@ -27,7 +27,7 @@ from ..compiled import CompiledRule
 from ..conf import conf
 from ..state_keys import BLOCK_SUFFIX, client_tag
 from .aio_connection import AsyncStack, acall_any, async_stack
-from .base import BlockReads, Check, Result, client_keys
+from .base import BlockReads, Check, Result, client_keys, level_key, levels
 from .breaker import NodeBreakers
 from .connections import ConnectionStack, as_eval, call, keeps
 from .errors import STORE_ERRORS
@@ -606,6 +606,10 @@ class ClusterStore(_Cluster):
     def reset(self, rule: CompiledRule, identity: str) -> None:
         # One slot: the client's hash tag.
         self.client.delete(*client_keys(rule, identity, self.clock.now()))
+
+    def block_levels(self, checks: Sequence[Check]) -> list[int]:
+        keys = [level_key(c.rule, c.identity) for c in checks]
+        return levels(self.client.mget_nonatomic(keys))
 
     def refund(self, checks: Sequence[Check], at: int = 0) -> None:
         if self._stale:

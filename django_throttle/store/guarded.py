@@ -392,6 +392,11 @@ class GuardedStore:
         """The state of these checks, consuming nothing; raises the store's errors."""
         return self.backend().decide(checks, dry_run=True) if checks else []
 
+    def block_levels(self, checks: Sequence[Check]) -> list[int]:
+        """How many blocks each check's growing rule has given its client while remembered
+        (the dashboard's key page); raises the store's errors."""
+        return self.backend().block_levels(checks) if checks else []
+
     def reset(self, rule: CompiledRule, identity: str) -> None:
         """Forget the state of one client under one rule; raises the store's errors."""
         self.backend().reset(rule, identity)

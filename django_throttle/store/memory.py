@@ -11,8 +11,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..choices import Algorithm
-from ..compiled import CompiledRule, outcomes_rule
-from .base import Check, Result, block_key, state_key
+from ..compiled import GROWN_BLOCK_CAP, CompiledRule, outcomes_rule
+from ..conf import conf
+from .base import Check, Result, block_key, level_key, state_key
 
 US = 1_000_000
 SWEEP_EVERY = 1024  # writes between two sweeps of expired state
@@ -136,13 +137,16 @@ class MemoryStore:
 
     def refund(self, checks: Sequence[Check], at: int = 0) -> None:
         """refund.lua's semantics: the decision's window, its log entries, what is left of the
-        bucket's time the decision took."""
+        bucket's time the decision took; a negative cost charges (_charge)."""
         with self._lock:
             now = self._clock()
             moment = at or now
             for check in checks:
                 rule = check.rule
                 key = state_key(rule, check.identity)
+                if check.cost < 0:
+                    self._charge(rule, key, now, -check.cost)
+                    continue
                 entry = self._state.get(key)
                 if entry is None or entry[1] <= now:
                     continue
@@ -172,6 +176,34 @@ class MemoryStore:
                     else:
                         entry[0], entry[1] = back, back
 
+    def _charge(self, rule: CompiledRule, key: str, now: int, cost: int) -> None:
+        """refund.lua's charge: ``cost`` units more, counted now, even past the limit."""
+        algorithm = rule.algorithm
+        stored = self._get(key, now)
+        if algorithm == Algorithm.FIXED_WINDOW:
+            w, _starts, ends = _fixed_window(rule, now // US)
+            count = stored[1] if stored is not None and stored[0] == w else 0
+            self._set(key, (w, count + cost), now, ends * US - now)
+        elif algorithm == Algorithm.SLIDING_WINDOW_COUNTER:
+            period = rule.period * US
+            w = (now // US) // rule.period
+            cur = prev = 0
+            if stored is not None:
+                if stored[0] == w:
+                    cur, prev = stored[1], stored[2]
+                elif stored[0] == w - 1:
+                    prev = stored[1]
+            self._set(key, (w, cur + cost, prev), now, (w + 2) * period - now)
+        elif algorithm == Algorithm.SLIDING_WINDOW_LOG:
+            floor = now - rule.period * US
+            entries: list[tuple[int, int]] = stored or []
+            kept = [*entries[bisect_right(entries, (floor, math.inf)) :], (now, cost)]
+            kept.sort(key=_time)
+            self._set(key, kept, now, kept[-1][0] - now + rule.period * US)
+        elif algorithm in (Algorithm.TOKEN_BUCKET, Algorithm.LEAKY_BUCKET):
+            tat = max(stored or 0, now) + math.floor(cost * rule.period * US / rule.limit)
+            self._set(key, tat, now, tat - now)
+
     def block(self, checks: Sequence[Check], seconds: int) -> None:
         """block.lua's semantics: each check's client rejected under its rule for ``seconds``."""
         with self._lock:
@@ -183,6 +215,7 @@ class MemoryStore:
         with self._lock:
             self._state.pop(state_key(rule, identity), None)
             self._state.pop(block_key(rule, identity), None)
+            self._state.pop(level_key(rule, identity), None)
             if rule.defers_block:
                 self._state.pop(state_key(outcomes_rule(rule), identity), None)
 
@@ -199,11 +232,27 @@ class MemoryStore:
 
     def _block(self, rule: CompiledRule, bkey: str, now: int, rejected: Evaluation) -> Evaluation:
         """Start the block of a client this rule has just rejected."""
-        block = rule.block * US
+        block = (self._grown(rule, bkey, now) if rule.block_growth > 1 else rule.block) * US
         self._set(bkey, 1, now, block)
         ok, rem_after, rem_now, reset_after, retry, delay, write = rejected
         retry = max(retry, block)
         return ok, rem_after, rem_now, max(reset_after, retry), retry, delay, write
+
+    def _grown(self, rule: CompiledRule, bkey: str, now: int) -> int:
+        """As decide.lua starts a growing block: the seconds of this block, the client's level
+        kept beside the block for the block and BLOCK_MEMORY."""
+        lkey = bkey + "g"
+        level: int = self._get(lkey, now) or 0
+        # Past 64 levels any growth of 2 or more has reached the cap.
+        seconds = rule.block * int(rule.block_growth ** min(level, 64))
+        seconds = min(seconds, max(GROWN_BLOCK_CAP, rule.block))
+        self._set(lkey, level + 1, now, (seconds + conf.BLOCK_MEMORY) * US)
+        return seconds
+
+    def block_levels(self, checks: Sequence[Check]) -> list[int]:
+        with self._lock:
+            now = self._clock()
+            return [self._get(level_key(c.rule, c.identity), now) or 0 for c in checks]
 
     # -- state ----------------------------------------------------------------
 

@@ -27,7 +27,16 @@ from ..compiled import CompiledRule
 from ..conf import conf
 from ..state_keys import ALGORITHM_CODES, BLOCK_SUFFIX, CALENDAR_CODE, client_tag
 from .aio_connection import LeanConnectionStack, async_stack
-from .base import BlockReads, Check, Result, block_key, client_keys, state_key
+from .base import (
+    BlockReads,
+    Check,
+    Result,
+    block_key,
+    client_keys,
+    level_key,
+    levels,
+    state_key,
+)
 from .connections import Command, ConnectionStack, reloaded
 from .errors import STORE_ERRORS
 from .steps import adrive, drive
@@ -111,6 +120,9 @@ class RedisStore:
     def refund(self, checks: Sequence[Check], at: int = 0) -> None:
         if checks:
             self._run(REFUND_SHA, REFUND_SOURCE, *refund_input(checks, at))
+
+    def block_levels(self, checks: Sequence[Check]) -> list[int]:
+        return levels(self.client.mget([level_key(c.rule, c.identity) for c in checks]))
 
     def block(self, checks: Sequence[Check], seconds: int) -> None:
         if checks:
@@ -382,7 +394,7 @@ class RuleArgs(NamedTuple):
     to the client's tag (whose length is fixed: ``$<length>\r\n<prefix>``)."""
 
     heads: tuple[tuple[int, int], ...]
-    tail: tuple[int, ...]
+    tail: tuple[int | str, ...]
     wire_heads: tuple[bytes, ...]
     wire_tail: bytes
     n_args: int
@@ -398,10 +410,13 @@ def rule_args(rule: CompiledRule) -> RuleArgs:
         return found
     code = ALGORITHM_CODES[rule.algorithm] if rule.calendar is None else CALENDAR_CODE
     spec = rule.period * 64 + SCRIPT_ALGORITHMS[code]
-    tail: tuple[int, ...] = ()
+    tail: tuple[int | str, ...] = ()
     if rule.block and not rule.defers_block:  # a deferring rule reads its block, never starts it
         spec += _BLOCK_SECONDS_FOLLOW
-        tail += (rule.block,)
+        growing = rule.block_growth > 1
+        tail += (
+            f"{rule.block}g{rule.block_growth}m{conf.BLOCK_MEMORY}" if growing else rule.block,
+        )
     if rule.algorithm in ALGORITHMS_WITH_BURST:
         tail += (rule.burst,)
     limit = rule.limit if rule.enforcing else -rule.limit  # a shadow rule's goes negative

@@ -5,9 +5,15 @@
  * libfaketime hangs redis-server at start: jemalloc reads the clock while it
  * initializes, and libfaketime's dlsym() allocates. This library calls the
  * kernel directly (syscall), so it never allocates and needs no dlsym().
- * Only wall-clock time moves; monotonic clocks are left alone. */
+ * Only wall-clock time moves; monotonic clocks are left alone.
+ *
+ * CLOCK_SHIFT_FILE names a file of 8 bytes, a native int64 of microseconds added on
+ * top, read at every call through a shared mapping: a test moves the clock of a
+ * running server forward by writing it (tests/clock_shift.py's MovableClock). */
 #define _GNU_SOURCE
+#include <fcntl.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
 #include <time.h>
@@ -20,6 +26,24 @@ static long long shift_us(void) {
         const char *text = getenv("CLOCK_SHIFT_US");
         value = text ? atoll(text) : 0;
         read = 1;
+    }
+    return value;
+}
+
+static volatile long long *moved(void) {
+    static int mapped = 0;
+    static volatile long long *value = 0;
+    if (!mapped) {
+        mapped = 1;
+        const char *path = getenv("CLOCK_SHIFT_FILE");
+        if (path) {
+            int fd = open(path, O_RDONLY);
+            if (fd >= 0) {
+                void *map = mmap(0, sizeof(long long), PROT_READ, MAP_SHARED, fd, 0);
+                close(fd);
+                if (map != MAP_FAILED) value = (volatile long long *)map;
+            }
+        }
     }
     return value;
 }
@@ -38,7 +62,10 @@ static void add_us(struct timespec *ts, long long us) {
 
 int clock_gettime(clockid_t clock, struct timespec *ts) {
     int result = (int)syscall(SYS_clock_gettime, clock, ts);
-    if (result == 0 && is_wall_clock(clock)) add_us(ts, shift_us());
+    if (result == 0 && is_wall_clock(clock)) {
+        volatile long long *more = moved();
+        add_us(ts, shift_us() + (more ? *more : 0));
+    }
     return result;
 }
 

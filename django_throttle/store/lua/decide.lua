@@ -22,7 +22,8 @@
 --                     key follows the state key
 --            limit    negative for a shadow rule (its rejection never rejects the request)
 --            cost     if the spec says so; 1 otherwise
---            block    if the spec says so: seconds a rejection blocks the client for
+--            block    if the spec says so: seconds a rejection blocks the client for; a
+--                     growing block, "<seconds>g<growth>m<memory seconds>" (see where a block starts)
 --            burst    token and leaky bucket only: the bucket size
 --            s1 s2 s3 s4   calendar windows only: the starts of four consecutive windows,
 --                     epoch seconds
@@ -508,6 +509,24 @@ while spec do
     if block ~= 0 and bkey ~= key and not blocked and not dry then
       if not blocks then blocks = {} end
       blocks[#blocks + 1] = bkey
+      -- A growing block, "<seconds>g<growth>m<memory>": its level (the blocks the client had
+      -- while remembered) lives beside the block key (its tag: the same slot) for the block
+      -- and memory seconds; this block lasts first x growth ^ level seconds, at most a week
+      -- (or the first block). Here, not in a function: a closure would be made every call.
+      local g = string.find(block, 'g', 1, true)
+      if g then
+        local m = string.find(block, 'm', g, true)
+        local first, lkey = string.sub(block, 1, g - 1) + 0, bkey .. 'g'
+        local level = call('GET', lkey)
+        level = level and level + 0 or 0
+        local seconds = first * string.sub(block, g + 1, m - 1) ^ level
+        local cap = first > 604800 and first or 604800
+        if seconds > cap then seconds = cap end
+        seconds = seconds - seconds % 1
+        call('SET', lkey, level + 1, 'PX',
+          string.format('%d', (seconds + string.sub(block, m + 1)) * 1000))
+        block = string.format('%d', seconds)
+      end
       blocks[#blocks + 1] = block .. '000'
       blocked = true
       local block_us = block * 1000000

@@ -1,4 +1,4 @@
--- refund.lua: give back what decide.lua committed for some checks.
+-- refund.lua: give back what decide.lua committed for some checks, or charge more.
 --
 -- Used when a request is rejected in one slot group of a Redis Cluster after
 -- another group committed it (so a rejected request consumes nothing), by
@@ -6,12 +6,18 @@
 -- out fine), and to end a concurrency lease when its request is finished. A
 -- refund never takes a state below empty and keeps each key's TTL.
 --
+-- A negative cost charges instead (settle(): a request's actual cost known after its
+-- response; charge_key()): that many units more, counted now, even past the limit (the
+-- work is done), so that later decisions wait until it has drained. Never a concurrency
+-- lease.
+--
 -- KEYS[i]  state key of check i
 -- ARGV[1]  the time of the decision to undo, in microseconds (decide.lua's now_us),
 --          or 0: no decision known, give back from the newest state
 -- ARGV[2 + 5*(i-1) ...]  for check i: algorithm code (decide.lua's), limit, period
 --          (seconds), a slot of the algorithm's (a calendar window's starts, "s1:s2:s3:s4";
 --          a bucket's: the arrival time in microseconds its decision left, or 0), cost
+--          (negative: a charge)
 -- Returns  the number of keys changed
 --
 -- State is read and written in decide.lua's forms (see its header): a window's own
@@ -28,6 +34,59 @@ end
 local at_s = math.floor(at / 1000000)
 local changed = 0
 
+-- Charge ``cost`` units to a check's state now, in decide.lua's forms; 1 if written.
+local function charge(key, code, limit, period_s, slot, cost)
+  if not now then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  local now_ms = (now - now % 1000) / 1000
+  if code == 'f' or code == 'c' or code == 'k' then
+    -- The window holding now: its key counts the units until it ends (the counter's, until
+    -- the next one ends: it is read as the previous window then).
+    local now_s = (now - now % 1000000) / 1000000
+    local w, ends
+    if code == 'k' then
+      for s in string.gmatch(slot, '%d+') do
+        s = tonumber(s)
+        if s <= now_s then w = s elseif not ends then ends = s end
+      end
+      if not w or not ends then return 0 end  -- the caller's windows are not around now
+    else
+      w = (now_s - now_s % period_s) / period_s
+      ends = (w + (code == 'c' and 2 or 1)) * period_s
+    end
+    local wkey = key .. ':' .. string.format('%d', w)
+    if redis.call('INCRBY', wkey, cost) == cost then
+      redis.call('PEXPIRE', wkey, string.format('%d', ends * 1000 - now_ms))
+    end
+  elseif code == 'l' then
+    -- One entry logged now, of ``cost`` units, as decide.lua logs a costly request.
+    local stamp = string.format('%d', now)
+    local tail = cost > 1 and 'x' .. cost or ''
+    if redis.call('ZADD', key, 'NX', stamp, stamp .. '000' .. tail) == 0 then
+      local seq = redis.call('ZCOUNT', key, stamp, stamp)
+      local value = seq < 1000 and stamp .. string.format('%03d', seq) or stamp .. ':' .. seq
+      redis.call('ZADD', key, stamp, value .. tail)
+    end
+    if cost > 1 then redis.call('ZINCRBY', key, 1 - cost, '#') end
+    -- The key lives until its newest entry leaves the period.
+    local newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
+    local ms = math.ceil((newest + period_s * 1000000 - now) / 1000)
+    redis.call('PEXPIRE', key, string.format('%d', ms))
+  elseif code == 't' or code == 'b' then
+    -- The theoretical arrival time moves on by the cost's time, from now if it is past.
+    local tat = tonumber(redis.call('GET', key) or 0)
+    if tat < now then tat = now end
+    tat = tat + math.floor(cost * period_s * 1000000 / limit)
+    redis.call('SET', key, string.format('%d', tat), 'PX',
+      string.format('%d', math.ceil((tat - now) / 1000)))
+  else
+    return 0
+  end
+  return 1
+end
+
 for i = 1, #KEYS do
   local a = 2 + 5 * (i - 1)
   local code = ARGV[a]
@@ -36,7 +95,9 @@ for i = 1, #KEYS do
   local cost = tonumber(ARGV[a + 4])
   local key = KEYS[i]
 
-  if code == 'f' or code == 'c' or code == 'k' then
+  if cost < 0 then
+    changed = changed + charge(key, code, limit, period_s, ARGV[a + 3], -cost)
+  elseif code == 'f' or code == 'c' or code == 'k' then
     -- Only the window the decision counted in holds its count: its own key,
     -- "<state key>:<window>", whether or not a later window has begun.
     local w
