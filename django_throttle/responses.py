@@ -47,6 +47,11 @@ def _sf_string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def policy_field(name: str, limit: int, period: int | None) -> str:
+    """A rule's RateLimit-Policy item: its name, quota and window (seconds)."""
+    return f"{_sf_string(name)};q={limit};w={period}"
+
+
 def add_headers(response: HttpResponseBase, decision: Decision) -> None:
     """X-RateLimit-* and the IETF RateLimit-Policy / RateLimit fields of the deciding rule."""
     if decision.rule is None or decision.limit is None:
@@ -58,7 +63,7 @@ def add_headers(response: HttpResponseBase, decision: Decision) -> None:
     response[X_LIMIT] = str(decision.limit)
     response[X_REMAINING] = str(remaining)
     response[X_RESET] = str(reset_at)
-    response[POLICY] = f"{name};q={decision.limit};w={decision.period}"
+    response[POLICY] = policy_field(decision.rule, decision.limit, decision.period)
     response[RATELIMIT] = f"{name};r={remaining};t={max(0, reset_at - math.floor(now))}"
 
 

@@ -18,6 +18,8 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "drf_spectacular",
+    "ninja",  # its interactive docs at /ninja/docs
     "django_throttle",
     "example_project.demo",
 ]
@@ -78,6 +80,16 @@ DJANGO_THROTTLE = {
 
 REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_CLASSES": ["django_throttle.contrib.drf.RuleThrottle"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+
+# The schema at /api/schema/ (?format=json) describes each throttled operation's limits.
+SPECTACULAR_SETTINGS = {
+    "TITLE": "django-throttle demo",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "django_throttle.contrib.spectacular.document_limits",
+    ],
 }
 
 AUTH_PASSWORD_VALIDATORS = []

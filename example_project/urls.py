@@ -1,7 +1,10 @@
 from django.contrib import admin
 from django.urls import path
+from drf_spectacular.views import SpectacularAPIView
 
+from django_throttle.views import status
 from example_project.demo import views
+from example_project.demo.api import api as ninja_api
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -12,5 +15,8 @@ urlpatterns = [
     path("export/", views.export, name="export"),
     path("report/", views.report, name="report"),
     path("orders/", views.Orders.as_view(), name="orders"),
+    path("throttle/status/", status, name="throttle-status"),
+    path("ninja/", ninja_api.urls),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("admin/", admin.site.urls),
 ]

@@ -1,8 +1,10 @@
 """A Django REST framework view throttled by RuleThrottle (DRF is optional)."""
 
+from django.utils.decorators import method_decorator
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from django_throttle import throttle
 from django_throttle.contrib.drf import RuleThrottle
 
 
@@ -32,3 +34,20 @@ class DefaultedAPI(APIView):
 
     def get(self, request):
         return Response({"search": True})
+
+
+class FreeAPI(APIView):
+    """Throttled by nothing but what rules its path may have."""
+
+    throttle_classes: list[type] = []
+
+    def get(self, request):
+        return Response({"free": True})
+
+
+@method_decorator(throttle("drf-decorated", rate="5/m"), name="dispatch")
+class DecoratedAPI(APIView):
+    throttle_classes: list[type] = []
+
+    def get(self, request, pk):
+        return Response({"pk": pk})

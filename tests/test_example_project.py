@@ -3,6 +3,7 @@ the demo's seeded rules, the harness's Redis), driven over real sockets."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 import sys
@@ -114,3 +115,43 @@ def test_the_demo_replaces_the_login_rule_earlier_versions_seeded(settings: Any)
     call_command(Command(), no_server=True, stdout=StringIO())
     assert not Rule.objects.filter(name="failed-login").exists()
     assert Rule.objects.get(name="login-failures").count_statuses == "401"
+
+
+def get_json(port: int, path: str) -> tuple[int, Any, Any]:
+    """The status, headers (read in any case) and JSON body of a GET."""
+    connection = HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        connection.request("GET", path, headers={"Accept": "application/json"})
+        response = connection.getresponse()
+        body = json.loads(response.read())
+        return response.status, response.msg, body
+    finally:
+        connection.close()
+
+
+@pytest.mark.slow
+def test_the_demo_serves_its_status_endpoint_ninja_api_and_schemas(
+    demo: tuple[int, dict[str, str]],
+) -> None:
+    port, _ = demo
+    assert get_json(port, "/api/items/")[0] == 200
+    status, _, body = get_json(port, "/throttle/status/?path=/api/items/")
+    assert status == 200
+    rules = {rule["name"]: rule for rule in body["rules"]}
+    assert set(rules) == {"site", "api"}  # "api-clients" only logs
+    assert (rules["api"]["limit"], rules["api"]["remaining"]) == (20, 19)
+    assert get_json(port, "/throttle/status/?method=BREW")[0] == 400
+
+    status, headers, items = get_json(port, "/ninja/items")
+    assert status == 200 and len(items) == 10
+    assert headers["RateLimit-Policy"].startswith('"')
+    assert get_json(port, "/ninja/items/7")[2]["id"] == 7  # the async operation
+    ninja = get_json(port, "/ninja/openapi.json")[2]["paths"]
+    limits = ninja["/ninja/items"]["get"]["x-ratelimit"]
+    assert {"name": "ninja", "limit": 30, "period": 60} in limits
+    assert "Retry-After" in ninja["/ninja/items"]["get"]["responses"]["429"]["headers"]
+
+    drf = get_json(port, "/api/schema/?format=json")[2]["paths"]
+    orders = drf["/orders/"]["get"]
+    assert {"name": "orders", "limit": 10, "period": 60} in orders["x-ratelimit"]
+    assert "429" in orders["responses"]

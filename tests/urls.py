@@ -1,6 +1,7 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from django_throttle.views import status
 from tests import views
 
 app_patterns = (
@@ -38,10 +39,11 @@ urlpatterns = [
     path("delayed/", views.delayed, name="delayed"),
     path("store-now/", views.store_now, name="store-now"),
     path("llm/stream/<int:tokens>/", views.llm_stream, name="llm-stream"),
+    path("throttle/status/", status, name="throttle-status"),
 ]
 
 try:
-    from tests.drf_views import DefaultedAPI, DualAPI, OrdersAPI
+    from tests.drf_views import DecoratedAPI, DefaultedAPI, DualAPI, FreeAPI, OrdersAPI
 except ImportError:  # DRF is optional; its test is skipped without it
     pass
 else:
@@ -49,4 +51,13 @@ else:
         path("drf/orders/", OrdersAPI.as_view(), name="drf-orders-page"),
         path("drf/dual/", DualAPI.as_view(), name="drf-dual"),
         path("drf/defaulted/", DefaultedAPI.as_view(), name="drf-defaulted"),
+        path("drf/free/", FreeAPI.as_view(), name="drf-free"),
+        path("drf/decorated/<int:pk>/", DecoratedAPI.as_view(), name="drf-decorated"),
     ]
+
+try:
+    from tests.ninja_api import api as ninja_api
+except ImportError:  # django-ninja is optional; its tests are skipped without it
+    pass
+else:
+    urlpatterns += [path("ninja/", ninja_api.urls)]

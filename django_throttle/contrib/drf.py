@@ -21,6 +21,13 @@ class RuleThrottle(BaseThrottle):  # type: ignore[misc]
     def __init__(self) -> None:
         self.decision: Decision | None = None
 
+    @classmethod
+    def view_scopes(cls, view_class: Any) -> list[str]:
+        """The scopes it decides for a view of this class (read by the status endpoint and the
+        drf-spectacular hook, which do not import DRF)."""
+        scope = getattr(view_class, cls.scope_attr, None)
+        return [scope] if scope else []
+
     def allow_request(self, request: Any, view: Any) -> bool:
         scope = getattr(view, self.scope_attr, None)
         if not scope:

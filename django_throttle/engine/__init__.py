@@ -27,6 +27,7 @@ from .flows import (
     enforce_unrouted,
     enforce_view,
     evaluate,
+    preview,
 )
 from .headers import afailed, afinish, failed, finish
 from .leases import (
@@ -71,6 +72,7 @@ __all__ = (
     "failed",
     "finish",
     "inspect",
+    "preview",
     "refund_key",
     "refund_request",
     "release_leases",

@@ -13,6 +13,7 @@ from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpResponse
 
 from ..choices import Algorithm
+from ..compiled import CompiledRule
 from ..decision import Decision, from_results
 from ..responses import rejected
 from ..rules import ScopeSpec
@@ -28,10 +29,16 @@ _CONCURRENCY = str(Algorithm.CONCURRENCY)
 
 
 def evaluate(
-    request: Any, specs: Iterable[ScopeSpec] = (), *, cost: int | None = None, dry_run: bool = False
+    request: Any,
+    specs: Iterable[ScopeSpec] = (),
+    *,
+    paths: bool = False,
+    url_name: str | None = None,
+    cost: int | None = None,
+    dry_run: bool = False,
 ) -> Decision:
     """Decide a request against what applies to it (sync)."""
-    gathered = gather(request, specs, cost=cost, dry_run=dry_run)
+    gathered = gather(request, specs, paths=paths, url_name=url_name, cost=cost, dry_run=dry_run)
     decision = gathered.early or decide(gathered.checks, dry_run, gathered.blocked)
     return settle(request, gathered, decision, dry_run)
 
@@ -60,6 +67,20 @@ async def aevaluate(
         )
     decision = gathered.early or await adecide(gathered.checks, dry_run, gathered.blocked)
     return settle(request, gathered, decision, dry_run)
+
+
+def preview(
+    request: Any, view_func: Any = None, scopes: Iterable[str] = ()
+) -> tuple[list[CompiledRule], Decision]:
+    """What ThrottleMiddleware, and the view's throttles deciding ``scopes``, would meet for
+    this request: the rules that apply to its client (overrides and exemptions applied) and
+    their state, in one store call that consumes nothing; kept on no request, announced to
+    no one."""
+    specs = view_specs(view_func) if view_func is not None else []
+    specs = [*specs, *(ScopeSpec(scope, None, 1) for scope in scopes)]
+    gathered = gather(request, specs, paths=True, url_name=_url_name(request), dry_run=True)
+    decision = gathered.early or decide(gathered.checks, True, gathered.blocked)
+    return [check.rule for check in gathered.checks], decision
 
 
 def settle(request: Any, gathered: Gathered, decision: Decision, dry_run: bool = False) -> Decision:

@@ -77,6 +77,14 @@ DEMO_RULES = [
         "algorithm": "fixed_window",
     },
     {
+        "name": "ninja",
+        "scope": "ninja",
+        "key_kind": "user_or_ip",
+        "limit": 30,
+        "unit": "minute",
+        "algorithm": "sliding_window_counter",
+    },
+    {
         "name": "echo-connect",
         "scope": "/ws/",
         "methods": "WEBSOCKET",
