@@ -82,14 +82,12 @@ def show(cases: list[harness.Case]) -> list[tuple[str, str, str]]:
 
 
 def change_throttle(**values: Any) -> None:
-    """DJANGO_THROTTLE changed as override_settings changes it (setting_changed sent), so the
-    package builds again what it made from the settings."""
+    """DJANGO_THROTTLE changed through override_settings (setting_changed sent), so the package
+    builds again what it made from the settings."""
     from django.conf import settings
-    from django.core.signals import setting_changed
+    from django.test import override_settings
 
-    value = {**settings.DJANGO_THROTTLE, **values}
-    settings.DJANGO_THROTTLE = value
-    setting_changed.send(sender=None, setting="DJANGO_THROTTLE", value=value, enter=True)
+    override_settings(DJANGO_THROTTLE={**settings.DJANGO_THROTTLE, **values}).enable()
 
 
 def ban_cases(calls: int) -> list[harness.Case]:
