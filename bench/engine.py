@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import os
 import signal
 import sys
 import time
@@ -23,14 +24,10 @@ RACE_PROCS, RACE_ATTEMPTS, RACE_LIMIT = 8, 40, 50
 
 
 def available(name: str) -> bool:
-    """Ours, or a peer whose package is installed (bench/run installs them all)."""
-    dist = {
-        "limits": "limits",
-        "django-ratelimit": "django-ratelimit",
-        "DRF": "djangorestframework",
-    }
-    peer = dist.get(name.split()[0])
-    return peer is None or harness.version(peer) != "not installed"
+    """Ours, or a peer whose package is installed (bench/floor installs them all)."""
+    first = name.split()[0]
+    dist = "djangorestframework" if first == "DRF" else first
+    return first == "django-throttle" or harness.version(dist) != "not installed"
 
 
 def setup(url: str, migrate: bool = False) -> None:
@@ -87,9 +84,6 @@ def contender(name: str, url: str, tag: str, rates: Sequence[str], first_id: int
     return lambda r: sum(limiter.hit(x, tag, r.META["REMOTE_ADDR"]) for x in items) == len(items)
 
 
-# -- latency --------------------------------------------------------------------------------
-
-
 def latency_cases(url: str, n_clients: int) -> list[Case]:
     from django_throttle import check
 
@@ -109,20 +103,13 @@ def latency_cases(url: str, n_clients: int) -> list[Case]:
     )
     for k, (label, rules) in enumerate(ours.items()):
         harness.create_rules([(f"s{k}", *rule) for rule in rules])
-        cases.append(
-            Case(
-                f"django-throttle {label}",
-                lambda r, scope=f"s{k}": check(r, scope).allowed,
-                lambda i: request(addrs[i % n_clients]),
-            )
-        )
-    for name, n in (
-        ("limits FixedWindow", 1),
-        ("limits FixedWindow", 3),
-        ("django-ratelimit", 1),
-        ("django-ratelimit", 3),
-        ("DRF AnonRateThrottle", 1),
-    ):
+
+        def op(r: Any, scope: str = f"s{k}") -> bool:
+            return check(r, scope).allowed
+
+        cases.append(Case(f"django-throttle {label}", op, lambda i: request(addrs[i % n_clients])))
+    peers = [("limits FixedWindow", 1), ("limits FixedWindow", 3), ("django-ratelimit", 1)]
+    for name, n in [*peers, ("django-ratelimit", 3), ("DRF AnonRateThrottle", 1)]:
         if not available(name):
             continue
         op = contender(name, url, f"lat{n}", PEER_RATES[:n])
@@ -179,14 +166,11 @@ def minimal_windows(url: str, addrs: list[str], n: int, counted: bool = False) -
     client = redis.Redis.from_url(url, socket_timeout=1.0)
     sha = client.script_load(MINIMAL_COUNTS if counted else MINIMAL_WINDOWS)
     rules = [harness.make_rule(900 + k, "fixed_window", 10**9) for k in range(n)]
-    keys = [
-        [state_key(rule, f"ip:{a}") + ("n" if counted else "") for rule in rules] for a in addrs
-    ]
-    clients = len(keys)
+    keys = [[state_key(r, f"ip:{a}") + ("n" if counted else "") for r in rules] for a in addrs]
     commands = "INCRBY+PEXPIRE" if counted else "GET+SET"
     return Case(
         f"minimal script, {n} fixed window{'s' * (n > 1)}, {commands} (redis-py)",
-        lambda i: client.evalsha(sha, n, *keys[i % clients], HOUR, 1),
+        lambda i: client.evalsha(sha, n, *keys[i % len(keys)], HOUR, 1),
     )
 
 
@@ -207,45 +191,24 @@ AGAINST_LIMITS = (
 
 
 def report_against_limits(cases: list[Case]) -> None:
-    medians = {c.name: c.median_us for c in cases}
-    rows = []
+    medians, rows = {c.name: c.median_us for c in cases}, []
     for ours, theirs, target in AGAINST_LIMITS:
         mine, peer = medians[ours], medians.get(theirs)
-        if peer is None:
-            rows.append(
-                (ours, f"{mine:.1f}", theirs, "-", "-", f"≤ {target:.2f}x", "limits not installed")
-            )
-            continue
-        ratio = mine / peer
-        verdict = "met" if ratio <= target else "not met"
-        rows.append(
-            (
-                ours,
-                f"{mine:.1f}",
-                theirs,
-                f"{peer:.1f}",
-                f"{ratio:.2f}x",
-                f"≤ {target:.2f}x",
-                verdict,
-            )
-        )
+        row = [ours, f"{mine:.1f}", theirs, "-", "-", f"≤ {target:.2f}x", "limits not installed"]
+        if peer is not None:
+            row[3:5] = f"{peer:.1f}", f"{mine / peer:.2f}x"
+            row[6] = "met" if mine / peer <= target else "not met"
+        rows.append(row)
     harness.table(("ours", "µs", "limits", "µs", "ours / limits", "target", "verdict"), rows)
 
 
 def report_latency(cases: list[Case]) -> None:
-    raw = cases[0].median_us
-    rows = []
+    raw, rows = cases[0].median_us, []
     for c in cases:
-        ratio = c.median_us / raw
-        target = TARGETS.get(c.name)
-        verdict = (
-            "" if target is None else f"≤ {target:.1f}x: {'met' if ratio <= target else 'not met'}"
-        )
+        ratio, target = c.median_us / raw, TARGETS.get(c.name)
+        verdict = f"≤ {target:.1f}x: {'met' if ratio <= target else 'not met'}" if target else ""
         rows.append((c.name, f"{c.median_us:.1f}", f"{c.p99_us:.1f}", f"{ratio:.2f}x", verdict))
     harness.table(("case", "median µs", "p99 µs", "/ raw EVALSHA", "target"), rows)
-
-
-# -- memory ---------------------------------------------------------------------------------
 
 
 def memory_floor(admin: Any, key_length: int) -> int:
@@ -267,12 +230,8 @@ def memory_rows(url: str) -> list[tuple[Any, ...]]:
 
     admin = redis.Redis.from_url(url, decode_responses=True)
     names = [f"django-throttle {a}" for a in harness.algorithms()]
-    names += [
-        "limits FixedWindow",
-        "limits MovingWindow",
-        "django-ratelimit",
-        "DRF AnonRateThrottle",
-    ]
+    names += ["limits FixedWindow", "limits MovingWindow", "django-ratelimit"]
+    names += ["DRF AnonRateThrottle"]
     r = request("198.51.100.7")
     rows = []
     for name in filter(available, names):
@@ -291,9 +250,6 @@ def memory_rows(url: str) -> list[tuple[Any, ...]]:
         rows.append((name, len(keys), longest, sizes[1], f"{per_entry:.1f}" if log else "-", floor))
     admin.flushall()
     return rows
-
-
-# -- the race -------------------------------------------------------------------------------
 
 
 def contenders() -> list[str]:
@@ -353,15 +309,10 @@ def race(url: str) -> list[tuple[str, str, str]]:
                 p.terminate()
     rows = []
     for name, n in totals.items():
-        off = n - RACE_LIMIT
-        verdict = errors.get(name) or (
-            "exact" if not off else f"{'over' if off > 0 else 'under'} by {abs(off)}"
-        )
+        off = f"{'over' if n > RACE_LIMIT else 'under'} by {abs(n - RACE_LIMIT)}"
+        verdict = errors.get(name) or ("exact" if n == RACE_LIMIT else off)
         rows.append((name, f"{n}/{RACE_PROCS * RACE_ATTEMPTS}", verdict))
     return rows
-
-
-# -- main -----------------------------------------------------------------------------------
 
 
 def main() -> int:
@@ -394,7 +345,7 @@ def main() -> int:
             memory_rows(server.url),
         )
         if not args.no_race:
-            harness.unpin_client()  # the racers spread over every CPU
+            os.sched_setaffinity(0, range(os.cpu_count() or 1))  # the racers on every CPU
             print(
                 f"\n## Race: {RACE_PROCS} processes x {RACE_ATTEMPTS} attempts, one client, "
                 f"limit {RACE_LIMIT}/hour\n",

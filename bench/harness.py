@@ -1,6 +1,6 @@
 """What the benchmarks share: redis-server, Django, requests, gunicorn, timing, tables, machine.
-The topologies (a primary with a replica, Sentinel, a cluster) are the tests' own:
-tests/redis_topology.py."""
+The redis-server (tests/redis_server.py) and the topologies (a primary with a replica,
+Sentinel, a cluster: tests/redis_topology.py) are the tests' own."""
 
 from __future__ import annotations
 
@@ -22,13 +22,8 @@ from typing import Any
 
 HOST = "127.0.0.1"
 HOUR = 3600
-
-
-# -- the redis-server: the tests' own (tests/redis_server.py) --------------------------------
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
-# tests/ of this checkout, whatever PYTHONPATH puts first for django_throttle (bench/instructions.py
-# counts another checkout's): its redis-server and topologies are the bench's too.
+# This checkout's tests/, whatever PYTHONPATH puts first (bench/instructions.py may count another).
 sys.path.insert(0, ROOT)
 from tests import redis_server  # noqa: E402
 from tests.redis_server import _free_port as free_port  # noqa: E402
@@ -66,28 +61,23 @@ def pin_client(cpu: int = CPU) -> None:
     os.sched_setaffinity(0, {cpu})
 
 
-def unpin_client() -> None:
-    os.sched_setaffinity(0, range(os.cpu_count() or 1))
-
-
-# -- Django -----------------------------------------------------------------------------------
-
-
 def configure_django(
     redis_url: str,
     apps: Sequence[str] = (),
     migrate: bool = False,
-    database: str = ":memory:",
+    database: str | dict[str, Any] = ":memory:",
     **settings: Any,
 ) -> None:
     """Django configured in the process: SQLite in memory, a django-redis cache on the bench's
     server, django_throttle on Redis with a 1 s timeout (a stall of a shared machine must not
     abort a run; any timeout costs the same per call). ``database``: another SQLite name, e.g.
-    ``file:x?mode=memory&cache=shared``, one in-memory database for every thread."""
+    ``file:x?mode=memory&cache=shared``, one in-memory database for every thread, or the
+    settings of another database."""
     import django
     from django.conf import settings as django_settings
 
     throttle = {"BACKEND": "redis", "TIMEOUT": 1.0, "CONNECT_TIMEOUT": 1.0, "RULES_REFRESH": 3600.0}
+    sqlite = {"ENGINE": "django.db.backends.sqlite3", "NAME": database}
     throttle.update(settings.pop("DJANGO_THROTTLE", {}))
     django_settings.configure(
         DEBUG=False,
@@ -95,7 +85,7 @@ def configure_django(
         USE_TZ=True,
         ALLOWED_HOSTS=["*"],
         INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", *apps],
-        DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": database}},
+        DATABASES={"default": database if isinstance(database, dict) else sqlite},
         CACHES={"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": redis_url}},
         DJANGO_THROTTLE=throttle,
         **settings,
@@ -134,22 +124,7 @@ def plain_view() -> Callable[[Any], Any]:
     """A view that answers 200 ``ok`` (made once Django is set up)."""
     from django.http import HttpResponse
 
-    def plain(request: Any) -> HttpResponse:
-        return HttpResponse("ok")
-
-    return plain
-
-
-def wsgi_app(middleware: Sequence[str]) -> Any:
-    """Django's WSGIHandler with this middleware: it builds its chain from the settings of now."""
-    from django.conf import settings
-    from django.core.handlers.wsgi import WSGIHandler
-
-    settings.MIDDLEWARE = list(middleware)
-    return WSGIHandler()
-
-
-# -- requests through Django's WSGI handler ---------------------------------------------------
+    return lambda request: HttpResponse("ok")
 
 
 def start_response(status: str, headers: Any, exc_info: Any = None) -> None:
@@ -177,25 +152,21 @@ def request_case(
     return Case(name, call, prep)
 
 
-# -- rules and clients ------------------------------------------------------------------------
-
-
 def create_rules(rules: Sequence[tuple[str, str, int, str]]) -> None:
     """Rows in the database, as the admin saves them: (scope, algorithm, limit, unit) each."""
     from django_throttle.models import Rule
 
     for scope, algorithm, limit, unit in rules:
-        n = Rule.objects.count()
-        Rule.objects.create(
-            name=f"bench-{n}", scope=scope, algorithm=algorithm, limit=limit, unit=unit
-        )
+        name = f"bench-{Rule.objects.count()}"
+        Rule.objects.create(name=name, scope=scope, algorithm=algorithm, limit=limit, unit=unit)
 
 
-def make_rule(id: int, algorithm: str, limit: int, period: int = HOUR) -> Any:
+def make_rule(id: int, algorithm: str, limit: int, period: int = HOUR, **fields: Any) -> Any:
     """A compiled rule without the database, as the rule cache builds one."""
     from django_throttle.compiled import build_rule
 
-    return build_rule(id=id, name=f"bench-{id}", algorithm=algorithm, limit=limit, period=period)
+    name = f"bench-{id}"
+    return build_rule(id=id, name=name, algorithm=algorithm, limit=limit, period=period, **fields)
 
 
 def algorithms() -> list[str]:
@@ -208,34 +179,6 @@ def addresses(n: int, prefix: str = "198.18") -> list[str]:
     """Distinct client addresses (the 198.18.0.0/15 benchmarking range)."""
     assert n <= 65536
     return [f"{prefix}.{i // 256}.{i % 256}" for i in range(n)]
-
-
-# -- the example project under gunicorn -------------------------------------------------------
-
-
-def project_env(workdir: str | os.PathLike[str], settings: str, redis_url: str) -> dict[str, str]:
-    """The environment of example_project's commands and server: the settings module
-    ``settings`` (written by the caller into ``workdir``), Redis at ``redis_url``; the
-    caller's DJANGO_, REDIS_ and DEMO_ variables left out."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "REDIS_", "DEMO_"))}
-    env.update(
-        DJANGO_SETTINGS_MODULE=settings,
-        PYTHONPATH=os.pathsep.join([str(workdir), ROOT]),
-        REDIS_URL=redis_url,
-    )
-    return env
-
-
-def manage(env: dict[str, str], *command: str) -> None:
-    """``manage.py <command>`` of the example project."""
-    subprocess.run(
-        [sys.executable, "manage.py", *command],
-        cwd=ROOT,
-        env=env,
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
 
 
 def http_get(port: int, path: str, timeout: float = 30.0) -> int:
@@ -253,35 +196,33 @@ def http_get(port: int, path: str, timeout: float = 30.0) -> int:
 
 
 class Gunicorn:
-    """gunicorn in a session of its own, so that its workers stop with it."""
+    """The example project under gunicorn (``workers`` processes of ``threads`` threads), in a
+    session of its own, so that its workers stop with it."""
 
     def __init__(
-        self, env: dict[str, str], log: str | os.PathLike[str], workers: int, threads: int
+        self, env: dict[str, str], log: str | os.PathLike[str], workers: int, threads: int = 0
     ) -> None:
         self.env, self.log, self.port = env, log, free_port()
-        self.args = [sys.executable, "-m", "gunicorn", "example_project.wsgi:application"]
-        self.args += ["--bind", f"{HOST}:{self.port}", "--workers", str(workers)]
-        self.args += ["--worker-class", "gthread", "--threads", str(threads), "--timeout", "30"]
-        self.args += ["--graceful-timeout", "5", "--error-logfile", "-"]
+        self.args = [sys.executable, "-m", *self.command(workers, threads)]
         self.proc: subprocess.Popen[bytes] | None = None
+
+    def command(self, workers: int, threads: int) -> list[str]:
+        args = ["gunicorn", "example_project.wsgi:application", "--bind", f"{HOST}:{self.port}"]
+        args += ["--workers", str(workers), "--worker-class", "gthread", "--threads", str(threads)]
+        return [*args, "--timeout", "30", "--graceful-timeout", "5", "--error-logfile", "-"]
 
     def start(self) -> None:
         with open(self.log, "ab") as log:
+            out = {"stdin": subprocess.DEVNULL, "stdout": log, "stderr": log}
             self.proc = subprocess.Popen(
-                self.args,
-                cwd=ROOT,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                start_new_session=True,
+                self.args, cwd=ROOT, env=self.env, start_new_session=True, **out
             )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and self.proc.poll() is None:
             if http_get(self.port, "/", timeout=10) == 200:
                 return
             time.sleep(0.1)
-        raise RuntimeError(f"gunicorn did not start; see {self.log}")
+        raise RuntimeError(f"{self.args[2]} did not start; see {self.log}")
 
     def stop(self) -> None:
         proc, self.proc = self.proc, None
@@ -301,17 +242,10 @@ class Uvicorn(Gunicorn):
     """The example project's ASGI application (HTTP, and WebSockets through wsproto) under
     uvicorn with ``workers`` processes; ``threads`` is unused."""
 
-    def __init__(
-        self, env: dict[str, str], log: str | os.PathLike[str], workers: int, threads: int = 0
-    ) -> None:
-        super().__init__(env, log, workers, threads)
-        self.args = [sys.executable, "-m", "uvicorn", "example_project.asgi:application"]
-        self.args += ["--host", HOST, "--port", str(self.port), "--workers", str(workers)]
-        self.args += ["--ws", "wsproto", "--lifespan", "off", "--no-access-log"]
-        self.args += ["--timeout-graceful-shutdown", "5"]
-
-
-# -- timing -----------------------------------------------------------------------------------
+    def command(self, workers: int, threads: int) -> list[str]:
+        args = ["uvicorn", "example_project.asgi:application", "--host", HOST]
+        args += ["--port", str(self.port), "--workers", str(workers), "--ws", "wsproto"]
+        return [*args, "--lifespan", "off", "--no-access-log", "--timeout-graceful-shutdown", "5"]
 
 
 @dataclass
@@ -389,9 +323,6 @@ def _numeric(text: str) -> bool:
     return text in ("", "-") or text.rstrip("x").replace(".", "", 1).replace("/", "").isdigit()
 
 
-# -- the machine ------------------------------------------------------------------------------
-
-
 def version(dist: str) -> str:
     try:
         return metadata.version(dist)
@@ -399,29 +330,19 @@ def version(dist: str) -> str:
         return "not installed"
 
 
-def machine(*dists: str) -> list[tuple[str, str]]:
+def print_machine(*dists: str) -> None:
     """Date, CPU, Python and the versions a figure depends on (``dists``: peers too)."""
     cpu = platform.processor() or "unknown"
     with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
-        cpu = next(
-            (line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu
-        )
+        cpu = next((li.split(":", 1)[1].strip() for li in f if li.startswith("model name")), cpu)
     memory = "memory unknown"
     with contextlib.suppress(OSError), open("/proc/meminfo") as f:  # MemTotal: ... kB
         memory = f"{round(int(f.readline().split()[1]) / 2**20)} GB"
     redis = subprocess.run(["redis-server", "--version"], capture_output=True, text=True)
     server = next((w[2:] for w in redis.stdout.split() if w.startswith("v=")), "unknown")
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    return [
-        ("date", now),
-        ("machine", f"{cpu}, {os.cpu_count()} cores, {memory}"),
-        ("python", platform.python_version()),
-        ("redis-server", server),
-        ("redis-py", version("redis")),
-        *((name, version(name)) for name in ("hiredis", "Django", *dists)),
-    ]
-
-
-def print_machine(*dists: str) -> None:
     print("\n## Machine\n")
-    table(("", ""), machine(*dists))
+    rows = [("date", now), ("machine", f"{cpu}, {os.cpu_count()} cores, {memory}")]
+    rows += [("python", platform.python_version()), ("redis-server", server)]
+    rows += [("redis-py", version("redis")), *((d, version(d)) for d in ("hiredis", "Django"))]
+    table(("", ""), [*rows, *((d, version(d)) for d in dists)])

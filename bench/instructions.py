@@ -8,7 +8,6 @@ import os
 import re
 import subprocess
 import sys
-from typing import Any
 
 import harness
 
@@ -35,16 +34,14 @@ def calls(n: int, rules: int, middleware: bool) -> None:
         from django_throttle import check
 
         addrs = harness.addresses(1000)
-        requests = [request(addrs[i % 1000]) for i in range(n)]
-        for r in requests:
+        for r in [request(addrs[i % 1000]) for i in range(n)]:
             assert check(r, "s").allowed
 
 
 def counted(n: int, rules: int, middleware: bool) -> int:
     command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
     command += [sys.executable, __file__, "--calls", str(n), "--rules", str(rules)]
-    if middleware:
-        command.append("--middleware")
+    command += ["--middleware"] if middleware else []
     env = {**os.environ, "PYTHONMALLOC": "malloc"}
     out = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stderr
     return int(re.findall(r"Collected : (\d+)", out)[-1])
@@ -63,7 +60,7 @@ def main() -> None:
 
     small, large = (counted(n, args.rules, args.middleware) for n in (SMALL, LARGE))
     what = "request through the middleware" if args.middleware else "check()"
-    per: Any = (large - small) / (LARGE - SMALL)
+    per = (large - small) / (LARGE - SMALL)
     print(f"{django_throttle.__file__}: {per:,.0f} instructions per {what}, {args.rules} rule(s)")
 
 

@@ -9,8 +9,10 @@ import asyncio
 import contextlib
 import http.client
 import multiprocessing
+import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -37,8 +39,9 @@ SETTINGS = """from example_project.settings import *  # noqa: F403
 
 DEBUG = False
 DATABASES["default"]["NAME"] = {db!r}  # noqa: F405
+CACHES = {{"default": {cache!r}}}
 DJANGO_THROTTLE = {{
-    **DJANGO_THROTTLE, "BREAKER_INTERVAL": {breaker}, "BLOCK_CACHE": False
+    **DJANGO_THROTTLE, "BREAKER_INTERVAL": {breaker}, "BLOCK_CACHE": False, **{extra!r}
 }}  # noqa: F405
 """
 
@@ -74,19 +77,62 @@ class Load:
     interval: float = INTERVAL  # each client's pause between requests
     every: int = CLOSED_EVERY  # every n-th request goes to /items/
     prefix: str = "c"  # of the X-Client header: the clients of each run their own
-
-    def reconnects(self, client: int) -> bool:
-        return client >= self.clients // 2
+    threads: list[threading.Thread] = field(default_factory=list)
 
     def ticket(self) -> bool:
         with self.lock:
             self.sent += 1
             return self.sent <= self.max_requests
 
+    def start(self) -> None:
+        """A thread per client, each running client_loop()."""
+        for client in range(self.clients):
+            self.threads.append(threading.Thread(target=client_loop, args=(self, client)))
+            self.threads[-1].start()
+
+    def finish(self) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(15)
+
+
+def project(workdir: Path, module: str, redis_url: str, rules: str, **conf: Any) -> dict[str, str]:
+    """The example project's settings ``module`` in ``workdir`` (its cache ``conf["CACHES"]``,
+    else Redis at ``redis_url``; the rest of ``conf`` into DJANGO_THROTTLE), its database made
+    with ``rules`` the first time; the environment of its commands and servers."""
+    db, cache = workdir / "db.sqlite3", {"BACKEND": "django_redis.cache.RedisCache"}
+    cache = conf.pop("CACHES", {**cache, "LOCATION": redis_url})
+    (workdir / f"{module}.py").write_text(
+        SETTINGS.format(db=str(db), cache=cache, breaker=BREAKER_INTERVAL, extra=conf)
+    )
+    # The caller's DJANGO_, REDIS_ and DEMO_ variables left out.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "REDIS_", "DEMO_"))}
+    path = os.pathsep.join([str(workdir), harness.ROOT])
+    env.update(DJANGO_SETTINGS_MODULE=module, PYTHONPATH=path, REDIS_URL=redis_url)
+    for command in [] if db.exists() else [["migrate", "--noinput"], ["shell", "-c", rules]]:
+        manage = [sys.executable, "manage.py", *command]
+        subprocess.run(
+            manage, cwd=harness.ROOT, env=env, check=True, capture_output=True, timeout=120
+        )
+    return env
+
+
+def serve(cls: type[harness.Gunicorn], env: dict[str, str], log: Path) -> harness.Gunicorn:
+    """The example project under ``cls``, every worker with its rules loaded."""
+    server = cls(env, log, WORKERS, THREADS)
+    try:
+        server.start()
+    except BaseException:
+        server.stop()
+        raise
+    for i in range(WORKERS * 6):  # every worker loads its rules before the clock starts
+        harness.http_get(server.port, "/api/items/" if i % 2 else "/items/1/")
+    return server
+
 
 def client_loop(load: Load, client: int) -> None:
     headers = {"X-Client": f"{load.prefix}{client:02d}", "Accept": "application/json"}
-    if load.reconnects(client):
+    if client >= load.clients // 2:  # the second half: a new connection per request
         headers["Connection"] = "close"
     conn = http.client.HTTPConnection(HOST, load.port, timeout=10)
     next_at = load.t0 + load.interval * client / load.clients  # spread over one interval
@@ -119,8 +165,7 @@ def client_loop(load: Load, client: int) -> None:
 
 def report(load: Load, bounds: dict[str, tuple[float, float]], fault: str) -> list[str]:
     """Print the tables; return the checks that failed."""
-    rows, admitted, failures = [], {}, []
-    count_503, count_200 = {}, {}
+    rows, admitted, failures, count_503, count_200 = [], {}, [], {}, {}
     for phase, (start, stop) in bounds.items():
         mine = [s for s in load.samples if start <= s.end < stop]
         for closed, label in ((False, "fail-open /api/"), (True, "fail-closed /items/")):
@@ -131,20 +176,11 @@ def report(load: Load, bounds: dict[str, tuple[float, float]], fault: str) -> li
                 s.status < 0 or s.status >= 500 and not (closed and s.status == 503) for s in sel
             )
             listed = ", ".join(f"{k}: {v}" for k, v in sorted(statuses.items())) or "-"
-            rows.append(
-                (
-                    f"{phase} ({stop - start:.1f} s)",
-                    label,
-                    len(sel),
-                    listed,
-                    bad,
-                    *(f"{x:.1f}" for x in (harness.median(ms), harness.p99(ms), ms[-1])),
-                )
-            )
+            latency = (f"{x:.1f}" for x in (harness.median(ms), harness.p99(ms), ms[-1]))
+            rows.append((f"{phase} ({stop - start:.1f} s)", label, len(sel), listed, bad, *latency))
             if bad:
-                failures.append(
-                    f"{phase}, {label}: {bad} answers 5xx (not a fail-closed 503) or none"
-                )
+                why = "answers 5xx (not a fail-closed 503) or none"
+                failures.append(f"{phase}, {label}: {bad} {why}")
             if ms[-1] > HANG_MS:
                 failures.append(f"{phase}, {label}: a request took {ms[-1]:.0f} ms")
         count_503[phase] = sum(s.closed and s.status == 503 for s in mine)
@@ -156,13 +192,12 @@ def report(load: Load, bounds: dict[str, tuple[float, float]], fault: str) -> li
             for c in range(load.clients)
         ]
     print("\n## Per phase (by the time the answer arrived; latency seen by the client)\n")
-    harness.table(
-        ("phase", "path", "requests", "statuses", "unexpected", "p50 ms", "p99 ms", "max ms"), rows
-    )
+    header = ("phase", "path", "requests", "statuses", "unexpected", "p50 ms", "p99 ms", "max ms")
+    harness.table(header, rows)
     print(f"\n## Admitted per client on /api/ (limit {LIMIT}/minute)\n")
-    half, joined = load.clients // 2, " ".join
+    half = load.clients // 2
     rows = [
-        (p, joined(map(str, v[:half])), joined(map(str, v[half:]))) for p, v in admitted.items()
+        (p, *(" ".join(map(str, a)) for a in (v[:half], v[half:]))) for p, v in admitted.items()
     ]
     harness.table(("phase", "keep-alive clients", "a new connection per request"), rows)
 
@@ -188,30 +223,19 @@ def report(load: Load, bounds: dict[str, tuple[float, float]], fault: str) -> li
     ]
     if fault != "none" and late and max(late) > BREAKER_INTERVAL + 1:
         failures.append(f"503s went on {max(late):.1f} s after Redis was back")
-    print(
-        f"\nLast 503 of the fail-closed path after Redis was back: {f'+{max(late):.2f} s' if late else 'none'}"
-    )
+    last = f"+{max(late):.2f} s" if late else "none"
+    print(f"\nLast 503 of the fail-closed path after Redis was back: {last}")
     print("\n## Checks\n")
     print("\n".join(f"- FAILED: {f}" for f in failures) or "- all held")
     return failures
 
 
-# -- faults under load: --faults (docs/benchmarks.md, "Load under faults") ------------------
-
+# --faults (docs/benchmarks.md, "Load under faults")
 SUITE_LIMIT, SUITE_WINDOW = 3, 1.0  # per client and second on /api/: "admitted over N"
 SUITE_CLIENTS, SUITE_INTERVAL, SUITE_EVERY = 16, 0.1, 2  # 160 requests/s, half to /items/
 WS_CLIENTS, WS_TIMEOUT = 1000, 5.0
+SERVERS = ("gunicorn", "uvicorn")
 CLOSED = "closed 4429"  # by ThrottledConsumerMixin after 10 frames rejected: no error of its own
-
-SUITE_SETTINGS = """from example_project.settings import *  # noqa: F403
-
-DEBUG = False
-DATABASES["default"]["NAME"] = {db!r}  # noqa: F405
-CACHES = {{"default": {cache!r}}}
-DJANGO_THROTTLE = {{
-    **DJANGO_THROTTLE, "BREAKER_INTERVAL": {breaker}, "BLOCK_CACHE": False, **{extra!r}
-}}  # noqa: F405
-"""
 
 # Every rule fail-closed and keyed on X-Client: an unavailable store shows as a 503, never as
 # an admission of a process's own memory. Only /api/ is ever over its limit.
@@ -371,7 +395,7 @@ class Fault:
     inject: Callable[[Any, int, float], str | None]
     outage: bool = False  # Redis unreachable for more than TIMEOUT: 503s follow the fail mode
     minimum: float = 5.0  # seconds of load at least
-    servers: tuple[str, ...] = ("gunicorn", "uvicorn")
+    servers: tuple[str, ...] = SERVERS
 
 
 FAULTS = {
@@ -391,13 +415,11 @@ FAULTS = {
 def topology(kind: str, plain: harness.RedisServer) -> Iterator[tuple[Any, dict[str, Any]]]:
     """The topology's object (what a fault hits) and the settings that reach it."""
     if kind == "single":
-        yield plain, {"CACHES": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": plain.url}}
+        yield plain, {}
     elif kind == "sentinel":
         with SentinelGroup() as group:
-            options = {
-                "CONNECTION_FACTORY": "django_redis.pool.SentinelConnectionFactory",
-                "SENTINELS": group.sentinels,
-            }
+            factory = "django_redis.pool.SentinelConnectionFactory"
+            options = {"CONNECTION_FACTORY": factory, "SENTINELS": group.sentinels}
             cache = {"BACKEND": "django_redis.cache.RedisCache", "OPTIONS": options}
             yield group, {"CACHES": {**cache, "LOCATION": f"redis://{group.service_name}/0"}}
     else:  # the cache stays on the single node; decisions go to the cluster
@@ -433,24 +455,14 @@ def one_run(
 ) -> tuple[list[str], bool]:
     """One fault under load on one server: the row of the table, and whether it failed."""
     fault, index = FAULTS[name], log.stem
-    cls = harness.Gunicorn if server == "gunicorn" else harness.Uvicorn
-    srv = cls(env, log, WORKERS, THREADS)
-    try:
-        srv.start()
-    except BaseException:
-        srv.stop()
-        raise
+    srv = serve(harness.Gunicorn if server == "gunicorn" else harness.Uvicorn, env, log)
     WS_RESULT.clear()
-    for i in range(WORKERS * 6):  # every worker loads its rules before the clock starts
-        harness.http_get(srv.port, "/api/items/" if i % 2 else "/items/1/")
     t0 = time.perf_counter()
     cap = int(seconds * 3 * SUITE_CLIENTS / SUITE_INTERVAL)
     load = Load(srv.port, SUITE_CLIENTS, cap, t0, t0 + seconds + 120, prefix=f"{index}-")
     load.interval, load.every = SUITE_INTERVAL, SUITE_EVERY
-    threads = [threading.Thread(target=client_loop, args=(load, c)) for c in range(SUITE_CLIENTS)]
     try:
-        for t in threads:
-            t.start()
+        load.start()
         time.sleep(seconds * 0.25)
         began = time.perf_counter() - t0
         try:
@@ -460,9 +472,7 @@ def one_run(
         ended = time.perf_counter() - t0
         time.sleep(max(0.0, t0 + max(seconds, ended + BREAKER_INTERVAL + 1) - time.perf_counter()))
     finally:
-        load.stop.set()
-        for t in threads:
-            t.join(15)
+        load.finish()
         srv.stop()
     tracebacks = log.read_text(errors="replace").count("Traceback")
     samples = load.samples
@@ -487,18 +497,10 @@ def one_run(
     if first is not None:
         note = f"{note}; over {SUITE_LIMIT}/s from {first:.1f} s".lstrip("; ")
     ms = [s.ms for s in samples if s.closed and s.status == 200] or [float("nan")]
-    row = [
-        fault.label,
-        server,
-        f"{began:.1f}-{ended:.1f}",
-        str(len(samples)),
-        ", ".join(f"{k}: {v}" for k, v in sorted(Counter(s.status for s in samples).items())),
-        verdict(errors + tracebacks),
-        verdict(n503),
-        verdict(over) + (f" (max {max(most.values())})" if over else ""),
-        f"{harness.p99(ms):.1f}",
-        note,
-    ]
+    statuses = ", ".join(f"{k}: {v}" for k, v in sorted(Counter(s.status for s in samples).items()))
+    over_text = verdict(over) + (f" (max {max(most.values())})" if over else "")
+    row = [fault.label, server, f"{began:.1f}-{ended:.1f}", str(len(samples)), statuses]
+    row += [verdict(errors + tracebacks), verdict(n503), over_text, f"{harness.p99(ms):.1f}", note]
     return row, bool(broken or errors or tracebacks or n503 or over)
 
 
@@ -518,19 +520,8 @@ def suite(args: argparse.Namespace) -> int:
             if not mine:
                 continue
             with topology(kind, plain) as (topo, conf):
-                module = f"bench_load_{kind}"
-                (workdir / f"{module}.py").write_text(
-                    SUITE_SETTINGS.format(
-                        db=str(workdir / "db.sqlite3"),
-                        cache=conf.pop("CACHES"),
-                        breaker=BREAKER_INTERVAL,
-                        extra=conf,
-                    )
-                )
-                env = harness.project_env(workdir, module, plain.url)
-                if not (workdir / "db.sqlite3").exists():
-                    harness.manage(env, "migrate", "--noinput")
-                    harness.manage(env, "shell", "-c", SUITE_RULES.format(limit=SUITE_LIMIT))
+                rules = SUITE_RULES.format(limit=SUITE_LIMIT)
+                env = project(workdir, f"bench_load_{kind}", plain.url, rules, **conf)
                 for name, server in mine:
                     seconds = max(share, FAULTS[name].minimum)
                     print(f"{FAULTS[name].label} under {server}, {seconds:.0f} s", flush=True)
@@ -555,23 +546,17 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--fault", choices=("kill", "stop", "none"), default="kill")
     p.add_argument(
-        "--phases",
-        type=float,
-        nargs=3,
-        default=(8.0, 7.0, 8.0),
-        metavar="S",
-        help="seconds before, during and after the outage (8 7 8; the breaker's "
-        "interval is added to the last)",
-    )
+        "--phases", type=float, nargs=3, default=(8.0, 7.0, 8.0), metavar="S",
+        help="seconds before, during and after the outage (8 7 8; the breaker's interval is "
+        "added to the last)",
+    )  # fmt: skip
     p.add_argument("--faults", action="store_true", help="the faults under load instead")
     p.add_argument("--seconds", type=float, default=300.0, help="--faults: load in all (300)")
     p.add_argument(
         "--only", nargs="+", choices=FAULTS, default=list(FAULTS), metavar="FAULT",
         help="--faults: these only, of " + ", ".join(FAULTS),
     )  # fmt: skip
-    p.add_argument(
-        "--servers", nargs="+", choices=("gunicorn", "uvicorn"), default=("gunicorn", "uvicorn")
-    )
+    p.add_argument("--servers", nargs="+", choices=SERVERS, default=SERVERS)
     args = p.parse_args()
     signal.signal(signal.SIGTERM, lambda signum, _: sys.exit(128 + signum))  # run the finally
     if args.faults:
@@ -586,21 +571,11 @@ def main() -> int:
     try:
         harness.print_machine("gunicorn")
         redis.start()
-        (workdir / "bench_load_settings.py").write_text(
-            SETTINGS.format(db=str(workdir / "db.sqlite3"), breaker=BREAKER_INTERVAL)
-        )
-        env = harness.project_env(workdir, "bench_load_settings", redis.url)
-        harness.manage(env, "migrate", "--noinput")
-        harness.manage(env, "shell", "-c", RULES.format(limit=LIMIT))
-        server = harness.Gunicorn(env, workdir / "gunicorn.log", WORKERS, THREADS)
-        server.start()
-        for i in range(WORKERS * 6):  # every worker loads its rules before the clock starts
-            harness.http_get(server.port, "/api/items/" if i % 2 else "/items/1/")
+        env = project(workdir, "bench_load_settings", redis.url, RULES.format(limit=LIMIT))
+        server = serve(harness.Gunicorn, env, workdir / "gunicorn.log")
         t0 = time.perf_counter()
         load = Load(server.port, CLIENTS, MAX_REQUESTS, t0, t0 + before + outage + after + 15)
-        threads = [threading.Thread(target=client_loop, args=(load, c)) for c in range(CLIENTS)]
-        for t in threads:
-            t.start()
+        load.start()
 
         def at(offset: float) -> float:
             time.sleep(max(0.0, t0 + offset - time.perf_counter()))
@@ -612,9 +587,7 @@ def main() -> int:
         {"kill": redis.start, "stop": redis.resume, "none": lambda: None}[args.fault]()
         back_at = time.perf_counter() - t0
         end_at = at(back_at + after + BREAKER_INTERVAL)
-        load.stop.set()
-        for t in threads:
-            t.join(15)
+        load.finish()
         bounds = {"before": (0, down_at), "outage": (down_at, back_at), "after": (back_at, end_at)}
         server.stop()
         tracebacks = (workdir / "gunicorn.log").read_text(errors="replace").count("Traceback")

@@ -29,8 +29,9 @@ def networks(count: int) -> list[str]:
 
 
 def check_cases(known: bool, calls: int) -> list[harness.Case]:
-    """client_ip() and audience.counts() of a rule with no networks, then with each size; ``known``: the same
-    few clients again and again, else a client never seen by any cache at each call."""
+    """client_ip() and audience.counts() of a rule with no networks, then with each size;
+    ``known``: the same few clients again and again, else a client never seen by any cache at
+    each call."""
     from django.test import RequestFactory
 
     from django_throttle.audience import counts
@@ -83,22 +84,21 @@ def show(cases: list[harness.Case]) -> list[tuple[str, str, str]]:
 
 
 def change_throttle(**values: Any) -> None:
-    """DJANGO_THROTTLE changed as override_settings changes it (setting_changed sent), so the
-    package builds again what it made from the settings."""
+    """DJANGO_THROTTLE changed through override_settings (setting_changed sent), so the package
+    builds again what it made from the settings."""
     from django.conf import settings
-    from django.core.signals import setting_changed
+    from django.test import override_settings
 
-    value = {**settings.DJANGO_THROTTLE, **values}
-    settings.DJANGO_THROTTLE = value
-    setting_changed.send(sender=None, setting="DJANGO_THROTTLE", value=value, enter=True)
+    override_settings(DJANGO_THROTTLE={**settings.DJANGO_THROTTLE, **values}).enable()
 
 
 def ban_cases(calls: int) -> list[harness.Case]:
-    """ThrottleMiddleware's ban check (enforce_bans) of a client not banned, with 10,000 bans in
-    force (5,000 addresses, 5,000 networks): the same few clients, and a new one at each call."""
+    """ThrottleMiddleware's first step and ban check (begin: the request's state and its client's
+    address; enforce_bans) of a client not banned, with 10,000 bans in force (5,000 addresses,
+    5,000 networks): the same few clients, and a new one at each call."""
     from django.test import RequestFactory
 
-    from django_throttle.engine import enforce_bans
+    from django_throttle.engine import begin, enforce_bans
     from django_throttle.models import Ban
     from django_throttle.rules import get_rules, rule_cache
 
@@ -110,6 +110,7 @@ def ban_cases(calls: int) -> list[harness.Case]:
     assert len(get_rules().bans or ()) == 10_000
 
     def op(request: Any) -> None:
+        begin(request, in_thread=False)
         assert enforce_bans(request) is None
 
     cases = []

@@ -27,18 +27,16 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=2000)
     options = parser.parse_args()
     harness.pin_client()
-    text = thousand_fields()
-    document = parse(text)
+    document = parse(thousand_fields())
     times = []
     for _ in range(options.runs):
         started = time.perf_counter()
         query_cost(document)
         times.append(time.perf_counter() - started)
+    median = harness.median(times)
     print(f"costing a 1,000-field query (cost {query_cost(document)}), {options.runs} runs:")
-    print(f"  median {harness.median(times) * 1e6:.1f} us, p99 {harness.p99(times) * 1e6:.1f} us")
-    print(
-        f"  target: a median of at most 1 ms -> {'PASS' if harness.median(times) <= 1e-3 else 'FAIL'}"
-    )
+    print(f"  median {median * 1e6:.1f} us, p99 {harness.p99(times) * 1e6:.1f} us")
+    print(f"  target: a median of at most 1 ms -> {'PASS' if median <= 1e-3 else 'FAIL'}")
 
 
 if __name__ == "__main__":

@@ -9,15 +9,21 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
 CHROMIUM = "/usr/bin/chromium"
+SPECTRAL = Path(__file__).resolve().parent / "spectral" / "node_modules" / ".bin" / "spectral"
 
 # group: (what it is, how to get what it needs)
 GROUPS = {
     "browser": ("the browser tests", "apt-get install chromium"),
     "gettext": ("the catalogue test that runs makemessages", "apt-get install gettext"),
+    "spectral": (
+        "the OWASP rate-limit checks of the example project's schemas",
+        "npm ci --prefix tests/spectral",
+    ),
 }
 
 
@@ -30,6 +36,8 @@ def missing(group: str) -> list[str]:
         return lacks
     if group == "gettext":
         return [tool for tool in ("xgettext", "msgmerge") if shutil.which(tool) is None]
+    if group == "spectral":
+        return [] if SPECTRAL.exists() else [str(SPECTRAL.relative_to(Path.cwd().resolve()))]
     raise ValueError(group)
 
 

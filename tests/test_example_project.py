@@ -21,6 +21,7 @@ import pytest
 from django.core.management import call_command
 
 from django_throttle.models import Rule
+from tests.external import SPECTRAL, require
 from tests.served import demo_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -129,6 +130,59 @@ def get_json(port: int, path: str) -> tuple[int, Any, Any]:
         connection.close()
 
 
+def post_json(port: int, path: str, data: Any) -> tuple[int, Any, Any]:
+    """The status, headers and JSON body of a POST of ``data`` as JSON."""
+    connection = HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        connection.request(
+            "POST", path, json.dumps(data), headers={"Content-Type": "application/json"}
+        )
+        response = connection.getresponse()
+        return response.status, response.msg, json.loads(response.read())
+    finally:
+        connection.close()
+
+
+def spectral(schema: dict[str, Any], tmp_path: Path) -> list[dict[str, Any]]:
+    """What Spectral's OWASP rate-limit rules (tests/spectral/rate-limits.yaml) find in a schema."""
+    path = tmp_path / "schema.json"
+    path.write_text(json.dumps(schema))
+    ruleset = ROOT / "tests" / "spectral" / "rate-limits.yaml"
+    report = tmp_path / "findings.json"
+    done = subprocess.run(
+        [str(SPECTRAL), "lint", "-r", str(ruleset), "-f", "json", "-o", str(report), str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode in (0, 1), done.stdout + done.stderr  # 1: it found something
+    found: list[dict[str, Any]] = json.loads(report.read_text())
+    return found
+
+
+@pytest.mark.slow
+def test_the_demo_s_schemas_pass_the_owasp_rate_limit_rules(
+    demo: tuple[int, dict[str, str]], tmp_path: Path
+) -> None:
+    require("spectral")
+    port, _ = demo
+    for url in ("/api/schema/?format=json", "/ninja/openapi.json"):
+        schema = get_json(port, url)[2]
+        covered = [
+            (path, method)
+            for path, item in schema["paths"].items()
+            for method, operation in item.items()
+            if isinstance(operation, dict) and "x-ratelimit" in operation
+        ]
+        assert covered, url
+        assert spectral(schema, tmp_path) == [], url
+        # The rules do look: an operation without its 429 is found out.
+        path, method = covered[0]
+        del schema["paths"][path][method]["responses"]["429"]
+        codes = {finding["code"] for finding in spectral(schema, tmp_path)}
+        assert "owasp:api4:2023-rate-limit-responses-429" in codes, url
+
+
 @pytest.mark.slow
 def test_the_demo_serves_its_status_endpoint_ninja_api_and_schemas(
     demo: tuple[int, dict[str, str]],
@@ -150,6 +204,12 @@ def test_the_demo_serves_its_status_endpoint_ninja_api_and_schemas(
     limits = ninja["/ninja/items"]["get"]["x-ratelimit"]
     assert {"name": "ninja", "limit": 30, "period": 60} in limits
     assert "Retry-After" in ninja["/ninja/items"]["get"]["responses"]["429"]["headers"]
+
+    status, headers, answer = post_json(
+        port, "/graphql/", {"query": "{ items(first: 20) { id name } }"}
+    )
+    assert status == 200 and len(answer["data"]["items"]) == 20
+    assert headers["RateLimit"].startswith('"graphql";r=459;')  # 500 - (1 + 20 x 2)
 
     drf = get_json(port, "/api/schema/?format=json")[2]["paths"]
     orders = drf["/orders/"]["get"]

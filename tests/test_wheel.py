@@ -54,6 +54,13 @@ def test_wheel_carries_package_data(wheel, name):
     assert name in wheel.namelist()
 
 
+def test_wheel_carries_every_template(wheel):
+    """The admin pages include and extend templates of their own: each must ship."""
+    templates = {p.relative_to(ROOT).as_posix() for p in PACKAGE.glob("templates/**/*.html")}
+    assert "django_throttle/templates/admin/django_throttle/dashboard_table.html" in templates
+    assert templates <= set(wheel.namelist())
+
+
 LANGUAGES = ("ko", "ja", "zh_Hans", "de", "fr", "es", "pt_BR")
 
 

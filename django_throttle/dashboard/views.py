@@ -225,10 +225,7 @@ class DashboardAdmin(_DashboardModelAdmin):
             + urlencode({k: v for k, v in (("rule", rule), ("period", period)) if v}),
             key_form=key_form,
             can_act=self.can_reset(request),
-            can_ban=may(request, "add", Ban),
-            here=request.get_full_path(),
-            block_times=BLOCK_TIMES,
-            expiry_times=EXPIRY_TIMES,
+            **_actions(request),
             flush_interval=conf.FLUSH_INTERVAL,
             retention_days=conf.RETENTION_DAYS,
             **(extra_context or {}),
@@ -264,10 +261,7 @@ class DashboardAdmin(_DashboardModelAdmin):
             key=form.cleaned_data["key"] if form.is_bound and form.is_valid() else "",
             states=states,
             can_reset=self.can_reset(request),
-            can_ban=may(request, "add", Ban),
-            here=request.get_full_path(),
-            block_times=BLOCK_TIMES,
-            expiry_times=EXPIRY_TIMES,
+            **_actions(request),
         )
         return TemplateResponse(request, "admin/django_throttle/dashboard_key.html", context)
 
@@ -419,6 +413,16 @@ class KeyState:
         self.retry_after = result.retry_after
         self.allowed = result.allowed
         self.blocked = result.blocked
+
+
+def _actions(request: HttpRequest) -> dict[str, Any]:
+    """What the pages' actions on a client (dashboard_actions.html) need."""
+    return {
+        "can_ban": may(request, "add", Ban),
+        "here": request.get_full_path(),
+        "block_times": BLOCK_TIMES,
+        "expiry_times": EXPIRY_TIMES,
+    }
 
 
 def _states(rules: list[Rule], key: str) -> list[KeyState]:

@@ -85,6 +85,14 @@ DEMO_RULES = [
         "algorithm": "sliding_window_counter",
     },
     {
+        "name": "graphql",
+        "scope": "graphql",
+        "key_kind": "user_or_ip",
+        "limit": 500,
+        "unit": "minute",
+        "algorithm": "token_bucket",
+    },
+    {
         "name": "echo-connect",
         "scope": "/ws/",
         "methods": "WEBSOCKET",
