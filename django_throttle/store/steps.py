@@ -14,7 +14,23 @@ Steps = Generator[Step, Any, R]
 
 
 def drive(steps: Steps[R], backend_of: Callable[[], Any] | None = None) -> R:
-    """Run ``steps``: each call's value (or exception) goes back into them."""
+    """Run ``steps``: each call's value (or exception) goes back into them. The driver is
+    adrive()'s, awaiting nothing: its coroutine ends at its first send."""
+    coroutine = _driven(steps, backend_of, False)
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    coroutine.close()
+    raise RuntimeError("a sync step suspended")  # a call returned something awaited
+
+
+async def adrive(steps: Steps[R], backend_of: Callable[[], Awaitable[Any]] | None = None) -> R:
+    """drive() with each call awaited."""
+    return await _driven(steps, backend_of, True)
+
+
+async def _driven(steps: Steps[R], backend_of: Callable[[], Any] | None, awaited: bool) -> R:
     value: Any = None
     error: BaseException | None = None
     while True:
@@ -25,21 +41,7 @@ def drive(steps: Steps[R], backend_of: Callable[[], Any] | None = None) -> R:
         error = None
         try:
             value = call(*args) if call is not None else backend_of()  # type: ignore[misc]
-        except BaseException as exc:
-            error = exc
-
-
-async def adrive(steps: Steps[R], backend_of: Callable[[], Awaitable[Any]] | None = None) -> R:
-    """drive() with each call awaited."""
-    value: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            call, args = steps.send(value) if error is None else steps.throw(error)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        error = None
-        try:
-            value = await (call(*args) if call is not None else backend_of())  # type: ignore[misc]
+            if awaited:
+                value = await value
         except BaseException as exc:
             error = exc
