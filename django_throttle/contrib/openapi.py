@@ -21,48 +21,63 @@ _PARAMETER = re.compile(r"\{[^}/]*\}")
 OPERATIONS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 EXTENSION = "x-ratelimit"
 
-PROBLEM_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "description": "An RFC 9457 problem: the request exceeded a rate limit.",
-    "properties": {
-        "type": {"type": "string", "format": "uri-reference"},
-        "title": {"type": "string"},
-        "status": {"type": "integer", "enum": [429]},
-        "detail": {"type": "string"},
-        "violated-policies": {
-            "type": "array",
-            "items": {"type": "string"},
-            "description": "The names of the rules that rejected the request.",
+
+def problem_schema() -> dict[str, Any]:
+    """A new copy each time: a schema it is written into may be changed after."""
+    return {
+        "type": "object",
+        "description": "An RFC 9457 problem: the request exceeded a rate limit.",
+        "properties": {
+            "type": {"type": "string", "format": "uri-reference"},
+            "title": {"type": "string"},
+            "status": {"type": "integer", "enum": [429]},
+            "detail": {"type": "string"},
+            "violated-policies": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "The names of the rules that rejected the request.",
+            },
+            "retry_after": {"type": "integer", "minimum": 1},
         },
-        "retry_after": {"type": "integer", "minimum": 1},
-    },
-    "required": ["type", "title", "status"],
-}
-JSON_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "detail": {"type": "string"},
-        "retry_after": {"type": "integer", "minimum": 1},
-    },
-    "required": ["detail", "retry_after"],
-}
-RATE_HEADERS: dict[str, Any] = {
-    RATELIMIT: {
-        "description": "The most constrained rule's remaining quota and the seconds until "
-        'it resets: "name";r=remaining;t=seconds (IETF RateLimit header fields).',
-        "schema": {"type": "string"},
-    },
-    RATELIMIT_POLICY: {
-        "description": 'That rule\'s quota and window in seconds: "name";q=limit;w=period.',
-        "schema": {"type": "string"},
-    },
-}
-RETRY_HEADER: dict[str, Any] = {
-    RETRY_AFTER: {
-        "description": "Seconds to wait before retrying.",
-        "schema": {"type": "integer", "minimum": 1},
+        "required": ["type", "title", "status"],
     }
-}
+
+
+def json_schema() -> dict[str, Any]:
+    """A new copy each time: a schema it is written into may be changed after."""
+    return {
+        "type": "object",
+        "properties": {
+            "detail": {"type": "string"},
+            "retry_after": {"type": "integer", "minimum": 1},
+        },
+        "required": ["detail", "retry_after"],
+    }
+
+
+def rate_headers() -> dict[str, Any]:
+    """A new copy each time: a schema it is written into may be changed after."""
+    return {
+        RATELIMIT: {
+            "description": "The most constrained rule's remaining quota and the seconds until "
+            'it resets: "name";r=remaining;t=seconds (IETF RateLimit header fields).',
+            "schema": {"type": "string"},
+        },
+        RATELIMIT_POLICY: {
+            "description": 'That rule\'s quota and window in seconds: "name";q=limit;w=period.',
+            "schema": {"type": "string"},
+        },
+    }
+
+
+def retry_header() -> dict[str, Any]:
+    """A new copy each time: a schema it is written into may be changed after."""
+    return {
+        RETRY_AFTER: {
+            "description": "Seconds to wait before retrying.",
+            "schema": {"type": "integer", "minimum": 1},
+        }
+    }
 
 
 def covering(path: str, method: str, scopes: Iterable[str] = ()) -> list[CompiledRule]:
@@ -116,16 +131,16 @@ def document(operation: dict[str, Any], rules: Iterable[CompiledRule]) -> None:
     code: int | str = 429 if any(isinstance(k, int) for k in responses) else "429"
     responses[code] = {
         "description": "Too many requests: a rate limit of this operation was exceeded.",
-        "headers": {**RETRY_HEADER, **RATE_HEADERS},
+        "headers": {**retry_header(), **rate_headers()},
         "content": {
-            PROBLEM: {"schema": PROBLEM_SCHEMA},
-            "application/json": {"schema": JSON_SCHEMA},
+            PROBLEM: {"schema": problem_schema()},
+            "application/json": {"schema": json_schema()},
         },
     }
     for status, response in responses.items():
         if str(status)[:1] in ("2", "4") and isinstance(response, dict):
             headers = response.setdefault("headers", {})
-            for name, header in RATE_HEADERS.items():
+            for name, header in rate_headers().items():
                 headers.setdefault(name, header)
     operation[EXTENSION] = limits
 

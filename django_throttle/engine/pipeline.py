@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict
 
 from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIRequest
@@ -49,6 +49,9 @@ from .request_state import (
     state_of,
 )
 from .settlements import asettle_cost, settle_cost, view_failed
+
+if TYPE_CHECKING:
+    from typing import Unpack  # Python 3.11; only read by type checkers
 
 logger = logging.getLogger("django_throttle")
 
@@ -145,36 +148,31 @@ async def aadmit(
     return await _aadmit(request, Asked(specs, paths, url_name), current.runtime.part(Parts))
 
 
-def evaluate(
-    request: Any,
-    specs: Iterable[ScopeSpec] = (),
-    *,
-    paths: bool = False,
-    url_name: str | None = None,
-    cost: int | None = None,
-    dry_run: bool = False,
-) -> Decision:
+class Options(TypedDict, total=False):
+    """The keywords of evaluate() and aevaluate(): Asked's fields after ``specs``."""
+
+    paths: bool
+    url_name: str | None
+    cost: int | None
+    dry_run: bool
+
+
+def evaluate(request: Any, specs: Iterable[ScopeSpec] = (), **options: Unpack[Options]) -> Decision:
     """Decide a request against what applies to it (sync)."""
-    asked = Asked(specs, paths, url_name, cost, dry_run)
+    asked = Asked(specs, **options)
     parts = current.runtime.part(Parts)
     gathered = gather(request, asked, parts)
-    decision = gathered.early or decide(gathered.checks, dry_run, gathered.blocked, parts.store)
-    return settle(request, gathered, decision, parts, dry_run)
+    decision = gathered.early or decide(
+        gathered.checks, asked.dry_run, gathered.blocked, parts.store
+    )
+    return settle(request, gathered, decision, parts, asked.dry_run)
 
 
 async def aevaluate(
-    request: Any,
-    specs: Iterable[ScopeSpec] = (),
-    *,
-    paths: bool = False,
-    url_name: str | None = None,
-    cost: int | None = None,
-    dry_run: bool = False,
+    request: Any, specs: Iterable[ScopeSpec] = (), **options: Unpack[Options]
 ) -> Decision:
     """evaluate() for async callers: the store call never blocks the loop."""
-    return await _aevaluate(
-        request, Asked(specs, paths, url_name, cost, dry_run), current.runtime.part(Parts)
-    )
+    return await _aevaluate(request, Asked(specs, **options), current.runtime.part(Parts))
 
 
 def preview(

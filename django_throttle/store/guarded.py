@@ -150,25 +150,18 @@ class GuardedStore:
         token = breaker.epoch if breaker.state == CLOSED else breaker.allow()
         if token is None:
             return self._unavailable(checks, dry_run)
-        timed = self._metrics.on
-        start = time.perf_counter() if timed else 0.0
+        start = time.perf_counter() if self._metrics.on else 0.0
         try:
-            try:
-                store = self._backend  # an empty MemoryStore is falsy: no `or`
-                if store is None:
-                    store = self.backend()
-                if isinstance(store, ClusterStore):
-                    results = drive(self._on_cluster(store, checks, dry_run))
-                else:
-                    results = store.decide(checks, dry_run)
-            finally:
-                if timed:
-                    metrics.store_observed(self._metrics, time.perf_counter() - start)
+            store = self._backend  # an empty MemoryStore is falsy: no `or`
+            if store is None:
+                store = self.backend()
+            if isinstance(store, ClusterStore):
+                results = drive(self._on_cluster(store, checks, dry_run))
+            else:
+                results = store.decide(checks, dry_run)
         except BaseException as exc:
-            return self._failed(exc, token, checks, dry_run)
-        if breaker.state != CLOSED:  # this call may be the probe that closes the breaker
-            self._succeeded(breaker, token)
-        return results
+            return self._failed(exc, token, checks, dry_run, start)
+        return self._decided(token, results, start)
 
     async def adecide(
         self, checks: Sequence[Check], dry_run: bool = False
@@ -178,28 +171,21 @@ class GuardedStore:
             return self.decide(checks, dry_run)
         breaker = self.breaker
         token = breaker.epoch if breaker.state == CLOSED else breaker.allow()
+        start = time.perf_counter() if self._metrics.on else 0.0
         if token is None:
             return self._unavailable(checks, dry_run)
-        timed = self._metrics.on
-        start = time.perf_counter() if timed else 0.0
         try:
-            try:
-                entry = self._async.get(asyncio.get_running_loop())
-                store = entry[0] if entry is not None else await self.async_backend()
-                if isinstance(store, AsyncClusterStore):
-                    results = await adrive(self._on_cluster(store, checks, dry_run))
-                else:
-                    results = await store.decide(checks, dry_run)
-            finally:
-                if timed:
-                    metrics.store_observed(self._metrics, time.perf_counter() - start)
+            entry = self._async.get(asyncio.get_running_loop())
+            store = entry[0] if entry is not None else await self.async_backend()
+            if isinstance(store, AsyncClusterStore):
+                results = await adrive(self._on_cluster(store, checks, dry_run))
+            else:
+                results = await store.decide(checks, dry_run)
         except BaseException as exc:
             # CancelledError: the client went away (Django cancels the view) or a timeout
             # cancelled the task while it waited on Redis.
-            return self._failed(exc, token, checks, dry_run)
-        if breaker.state != CLOSED:
-            self._succeeded(breaker, token)
-        return results
+            return self._failed(exc, token, checks, dry_run, start)
+        return self._decided(token, results, start)
 
     def _on_cluster(
         self, store: ClusterStore | AsyncClusterStore, checks: Sequence[Check], dry_run: bool
@@ -244,11 +230,30 @@ class GuardedStore:
             refunded = yield store.refund_committed, (plan, replies)
         return partly(plan, replies, refunded, local, retry_after, lost)
 
+    def _decided(
+        self, token: int, results: list[Result] | StoreUnavailable, start: float
+    ) -> list[Result] | StoreUnavailable:
+        """A decision the store made: timed (``start``: 0.0 when metrics are off), and the
+        breaker closed if this call was its probe."""
+        if start:
+            metrics.store_observed(self._metrics, time.perf_counter() - start)
+        breaker = self.breaker
+        if breaker.state != CLOSED:
+            self._succeeded(breaker, token)
+        return results
+
     def _failed(
-        self, exc: BaseException, token: int, checks: Sequence[Check], dry_run: bool
+        self,
+        exc: BaseException,
+        token: int,
+        checks: Sequence[Check],
+        dry_run: bool,
+        start: float = 0.0,
     ) -> StoreUnavailable:
         """The fail modes after a store call raised ``exc``; raises it if it is not the store's.
-        Called from the ``except`` clause that caught it."""
+        Called from the ``except`` clause that caught it (``start``: as _decided())."""
+        if start:
+            metrics.store_observed(self._metrics, time.perf_counter() - start)
         if isinstance(exc, TryAgainError):
             return self._unavailable(checks, dry_run)  # a slot migrating: this request only
         if isinstance(exc, STORE_ERRORS):
