@@ -6,6 +6,7 @@ from typing import Any
 
 from .. import metrics, rejection_log
 from ..decision import Decision
+from ..rejection_log import sizing
 from ..signals import request_throttled
 
 
@@ -14,6 +15,7 @@ def announce(request: Any | None, decision: Decision) -> None:
     request_throttled for a rejection and for each would-be rejection of a log-only rule (not
     for a key decided without a request: ``request`` None)."""
     rejection_log.note(decision)  # free when admitted
+    sizing.note(decision)  # free for other algorithms and, past 20, most decisions
     metrics.decided(decision)  # free when metrics are off
     if request is None:
         return

@@ -21,9 +21,14 @@ from .database import (
     NAMED_PER_RULE,
     Counts,
     Entry,
+    Size,
+    Sizes,
+    as_datetime,
     compact,
     prune,
+    prune_sizes,
     write_each,
+    write_sizes,
 )
 from .display import OVERFLOW_DISPLAY, OVERFLOW_KEY, display_of
 
@@ -68,6 +73,7 @@ class RejectionLog:
         self._flush_lock = threading.Lock()
         self._maintain_lock = threading.Lock()
         self._counts: Counts = {}
+        self._sizes: Sizes = {}  # the sizing's counts (sizing.py), handed on with the others
         self._named: dict[int, _Names] = {}  # minute -> the clients named in it
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -97,6 +103,27 @@ class RejectionLog:
             self._count((rule, key, action, minute), identity)
             if self._thread is None:
                 self._start()
+
+    def add_sizes(self, found: list[tuple[Size, int]]) -> None:
+        """Add the sizing's counts of one decision (bounded: rules x hours x boundaries)."""
+        with self._lock:
+            self._active = True
+            sizes = self._sizes
+            for size, n in found:
+                sizes[size] = sizes.get(size, 0) + n
+            if self._thread is None:
+                self._start()
+
+    def _keep_sizes(self, sizes: Sizes) -> None:
+        with self._lock:
+            buffered = self._sizes
+            for size, n in sizes.items():
+                buffered[size] = buffered.get(size, 0) + n
+
+    def _swap_sizes(self) -> Sizes:
+        with self._lock:
+            sizes, self._sizes = self._sizes, {}
+            return sizes
 
     def _count(self, entry: Entry, identity: str) -> None:
         counts = self._counts
@@ -154,10 +181,11 @@ class RejectionLog:
 
     def handover(self, successor: Runtime) -> None:
         """The settings changed: the counts not yet handed on go to the new runtime's log."""
-        counts = self._swap()
-        if counts:
+        counts, sizes = self._swap(), self._swap_sizes()
+        if counts or sizes:
             log = successor.part(RejectionLog)
             log._keep(counts)
+            log._keep_sizes(sizes)
             with log._lock:
                 log._active = True
                 if log._thread is None:
@@ -195,7 +223,12 @@ class RejectionLog:
                 with self._lock:
                     # Decided under the lock: add() starts a new thread once this one is gone.
                     # Counts taken from Redis and not read yet (it failed) keep it going.
-                    if not self._counts and not self._active and self._held is None:
+                    if (
+                        not self._counts
+                        and not self._sizes
+                        and not self._active
+                        and self._held is None
+                    ):
                         if self._thread is me:
                             self._thread = None
                         return
@@ -213,6 +246,7 @@ class RejectionLog:
         """Forget the buffered counts and stop the flusher thread (for tests)."""
         with self._lock:
             self._counts.clear()
+            self._sizes.clear()
             self._named.clear()
             thread, self._thread = self._thread, None
             self._stop.set()
@@ -236,9 +270,11 @@ class RejectionLog:
         if redis is None:
             return
         with self._flush_lock:
-            counts = self._swap()
-            if counts:
-                self._keep(self._push(redis, counts))
+            counts, sizes = self._swap(), self._swap_sizes()
+            if counts or sizes:
+                counts, sizes = self._push(redis, counts, sizes)
+                self._keep(counts)
+                self._keep_sizes(sizes)
 
     def collect(self, timeout: float = -1) -> int:
         """Write this process's counts and those every process left in Redis to the database;
@@ -264,22 +300,24 @@ class RejectionLog:
         return written
 
     def _collect(self) -> int:
-        counts = self._swap()
+        counts, sizes = self._swap(), self._swap_sizes()
         redis = through_redis.client()
         written = 0
-        if counts and redis is not None:
-            counts = self._push(redis, counts)
+        if (counts or sizes) and redis is not None:
+            counts, sizes = self._push(redis, counts, sizes)
         if counts:  # the memory backend; or Redis failed: this process writes its own
             written += self._persist(counts)
+        if sizes:
+            self._persist_sizes(sizes)
         if redis is not None:
             written += self._fold(redis)
         self._forget_named()
         return written
 
-    def _push(self, redis: Any, counts: Counts) -> Counts:
+    def _push(self, redis: Any, counts: Counts, sizes: Sizes) -> tuple[Counts, Sizes]:
         """Counts not added to Redis (none when all were)."""
         try:
-            self.overflowed += through_redis.push(redis, counts)
+            self.overflowed += through_redis.push(redis, counts, sizes)
         except through_redis.PushFailed as exc:
             self._failed(
                 _REDIS,
@@ -288,9 +326,9 @@ class RejectionLog:
                 len(exc.rest),
                 exc.cause,
             )
-            return exc.rest
+            return exc.rest, exc.sizes
         self._recovered(_REDIS, "rejection counts go through Redis again")
-        return {}
+        return {}, {}
 
     def _fold(self, redis: Any) -> int:
         key = self._held
@@ -300,13 +338,15 @@ class RejectionLog:
                 if key is None:
                     return 0
                 self._held = key
-            counts = through_redis.read(redis, key)
+            counts, sizes = through_redis.read_all(redis, key)
         except STORE_ERRORS as exc:
             self._failed(_REDIS, "could not read the rejection counts in Redis (%s)", exc)
             return 0
         self._held = None  # read: from now on, this process answers for them
         self._recovered(_REDIS, "rejection counts go through Redis again")
         written = self._persist(counts) if counts else 0
+        if sizes:
+            self._persist_sizes(sizes)
         # Written (or kept here) already: if the delete fails, the key expires after FOLD_TTL.
         with contextlib.suppress(*STORE_ERRORS):
             through_redis.forget(redis, key)
@@ -343,12 +383,25 @@ class RejectionLog:
             )
         return done.rows
 
+    def _persist_sizes(self, sizes: Sizes) -> None:
+        try:
+            write_sizes(sizes)
+        except Exception as exc:
+            self._keep_sizes(sizes)
+            self._failed(
+                _DATABASE,
+                "could not persist %d sizing counts (%s); keeping them for the next flush",
+                len(sizes),
+                exc,
+            )
+
     def _maintain(self) -> None:
         now = time.monotonic()
         if now >= self._next_prune:
             self._next_prune = now + PRUNE_EVERY
             try:
                 prune()
+                prune_sizes(as_datetime(int(time.time()) - conf.RETENTION_DAYS * 86400))
             except Exception as exc:
                 logger.error("django_throttle: could not prune the rejection log (%s)", exc)
         if now >= self._next_compact:
