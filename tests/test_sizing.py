@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from django_throttle import check_key
 from django_throttle.models import Rejection, SizingCount
-from django_throttle.rejection_log import flush
+from django_throttle.rejection_log import flush, prune
 from django_throttle.rejection_log.sizing import BOUNDS, bounds_up_to, sizing
 from tests.helpers import rule
 
@@ -145,3 +148,66 @@ def _sums(name: str) -> dict[int, int]:
     for reached, count in SizingCount.objects.filter(rule=name).values_list("reached", "count"):
         sums[reached] = sums.get(reached, 0) + count
     return sums
+
+
+def test_each_boundary_is_counted_once_by_racing_threads():
+    rule("sized", "api", 100_000, algorithm="fixed_window", unit="day", action="log")
+    away_from_midnight()
+    threads, each = 8, 40
+    check_key("api", "warm-up")  # the rules loaded here: the threads' connections see none
+
+    def burst() -> None:
+        for _ in range(each):
+            check_key("api", "one-client")
+
+    with ThreadPoolExecutor(threads) as pool:
+        for future in [pool.submit(burst) for _ in range(threads)]:
+            future.result()
+    flush()
+    total = threads * each
+    wanted = dict.fromkeys((b for b in BOUNDS if b <= total), 1)
+    assert _sums("sized") == {**wanted, 1: 2}  # and the warm-up's first request
+
+
+def test_with_the_memory_backend_the_counts_go_straight_to_the_database(settings):
+    settings.DJANGO_THROTTLE = {**settings.DJANGO_THROTTLE, "BACKEND": "memory"}
+    rule("sized", "api", 1000, algorithm="fixed_window", unit="day", action="log")
+    away_from_midnight()
+    for _ in range(5):
+        check_key("api", "client")
+    flush()
+    assert _sums("sized") == dict.fromkeys(range(1, 6), 1)
+
+
+@pytest.mark.topology
+def test_on_a_cluster_the_counts_of_every_slot_meet_in_one(settings):
+    from django_throttle.runtime import replace_runtime
+    from tests.redis_topology import ClusterHarness
+
+    with ClusterHarness() as cluster:
+        settings.DJANGO_THROTTLE = {**settings.DJANGO_THROTTLE, "CLUSTER_URL": cluster.url}
+        replace_runtime(handover=False)
+        try:
+            rule("sized", "api", 1000, algorithm="fixed_window", unit="day", action="log")
+            away_from_midnight()
+            peaks = [1 + i % 20 for i in range(30)]  # up to 20: every count is a boundary
+            for i, n in enumerate(peaks):
+                for _ in range(n):
+                    check_key("api", f"client-{i}")
+            flush()
+        finally:
+            replace_runtime(handover=False)
+    wanted = {b: sum(1 for n in peaks if n >= b) for b in range(1, 21)}
+    assert _sums("sized") == wanted
+    figures = sizing(wanted, 1000, 10)
+    assert (figures.p50, figures.max) == (exact(peaks, 0.5), 20)
+    assert figures.clients_rejected == sum(1 for n in peaks if n > 10)
+    assert figures.requests_rejected == sum(n - 10 for n in peaks if n > 10)
+
+
+def test_the_counts_are_kept_retention_days(settings):
+    now = timezone.now()
+    for days in (31, 29):
+        SizingCount.objects.create(rule="sized", hour=now - timedelta(days=days), reached=1)
+    prune()
+    assert list(SizingCount.objects.values_list("hour", flat=True)) == [now - timedelta(days=29)]

@@ -23,10 +23,8 @@ from .database import (
     Entry,
     Size,
     Sizes,
-    as_datetime,
     compact,
     prune,
-    prune_sizes,
     write_each,
     write_sizes,
 )
@@ -401,7 +399,6 @@ class RejectionLog:
             self._next_prune = now + PRUNE_EVERY
             try:
                 prune()
-                prune_sizes(as_datetime(int(time.time()) - conf.RETENTION_DAYS * 86400))
             except Exception as exc:
                 logger.error("django_throttle: could not prune the rejection log (%s)", exc)
         if now >= self._next_compact:

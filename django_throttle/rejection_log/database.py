@@ -319,10 +319,12 @@ def read_sizes(rule: str, start: datetime, end: datetime, period: int) -> dict[i
 
 
 def prune(days: int | None = None) -> int:
-    """Delete the rejection counts older than ``days`` (default RETENTION_DAYS); return how many."""
+    """Delete the rejection counts, and the sizing's, older than ``days`` (default
+    RETENTION_DAYS); return how many rejection rows."""
     days = conf.RETENTION_DAYS if days is None else days
     cutoff = django_timezone.now() - timedelta(days=days)
     deleted, _ = Rejection.objects.filter(minute__lt=cutoff).delete()
+    prune_sizes(cutoff)
     return deleted
 
 

@@ -62,48 +62,45 @@ def note(decision: Decision) -> None:
     """Count the boundaries this decision's windows crossed (nothing, for most decisions
     once counts are past 20; nothing for other algorithms)."""
     try:
-        _note(decision)
+        found: list[tuple[Size, int]] | None = None
+        for result in decision.results:
+            rule = result.rule
+            if rule.algorithm != _FIXED or result.local:
+                continue
+            if result.allowed:
+                if not decision.allowed:
+                    continue  # rejected by another rule: this window counted nothing
+                limit = result.limit
+                count = limit - result.remaining
+                cost = result.cost
+                if cost == 1:
+                    if count not in _IS_BOUND and count != limit:
+                        continue
+                    crossed: Iterable[int] = (count,)
+                else:
+                    low, high = bisect_right(BOUNDS, count - cost), bisect_right(BOUNDS, count)
+                    crossed = BOUNDS[low:high]
+                    if count == limit and count not in _IS_BOUND:
+                        crossed = (*crossed, count)
+                    if not crossed:
+                        continue
+                # The hour its window started in: every crossing of one window in one row.
+                hour = (round(result.reset_at) - rule.period) // HOUR * HOUR
+                if found is None:
+                    found = []
+                found += [((rule.name, hour, bound), 1) for bound in crossed]
+            else:
+                hour = (round(result.reset_at) - rule.period) // HOUR * HOUR
+                if found is None:
+                    found = []
+                found.append(((rule.name, hour, OVER), result.cost))
+        if found:
+            runtime().part(RejectionLog).add_sizes(found)
     except Exception:
         log = runtime().part(RejectionLog)
         if not log.note_failed:
             log.note_failed = True
             logger.exception("django_throttle: a decision could not be counted for sizing")
-
-
-def _note(decision: Decision) -> None:
-    found: list[tuple[Size, int]] | None = None
-    for result in decision.results:
-        rule = result.rule
-        if rule.algorithm != _FIXED or result.local:
-            continue
-        if result.allowed:
-            if not decision.allowed:
-                continue  # rejected by another rule: this window counted nothing
-            count = result.limit - result.remaining
-            cost = result.cost
-            if cost == 1:
-                if count not in _IS_BOUND and count != result.limit:
-                    continue
-                crossed: Iterable[int] = (count,)
-            else:
-                low, high = bisect_right(BOUNDS, count - cost), bisect_right(BOUNDS, count)
-                if low == high and count != result.limit:
-                    continue
-                crossed = BOUNDS[low:high]
-                if count == result.limit and count not in _IS_BOUND:
-                    crossed = (*crossed, count)
-            # The hour its window started in: every crossing of one window in the same row.
-            hour = (round(result.reset_at) - rule.period) // HOUR * HOUR
-            if found is None:
-                found = []
-            found += [((rule.name, hour, bound), 1) for bound in crossed]
-        else:
-            hour = (round(result.reset_at) - rule.period) // HOUR * HOUR
-            if found is None:
-                found = []
-            found.append(((rule.name, hour, OVER), result.cost))
-    if found:
-        runtime().part(RejectionLog).add_sizes(found)
 
 
 # -- figures ----------------------------------------------------------------------------------
