@@ -6,6 +6,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections import deque
 from typing import Any
 
 from django.db import connections
@@ -14,6 +15,7 @@ from .. import metrics
 from ..conf import conf
 from ..runtime import Runtime
 from ..state_keys import digest
+from ..store import Result
 from ..store.errors import STORE_ERRORS
 from . import through_redis
 from .database import (
@@ -40,6 +42,18 @@ COMPACT_SECONDS = 5.0  # a flush spends at most about this long compacting; the 
 NAMED_SECONDS = 2 * 3600  # how long the buffer remembers the clients it named in a minute
 
 _DATABASE, _REDIS = "database", "redis"
+
+
+def window_hour(result: Result) -> int:
+    """The hour in which a fixed window's result's window started: every boundary of one
+    client window is counted in one row (sizing.py)."""
+    rule = result.rule
+    if rule.calendar is None and result.at:
+        now = int(result.at) // 1_000_000
+        start = now - now % rule.period
+    else:  # a week or month: its start is where it ends less its length
+        start = round(result.reset_at) - rule.period
+    return start - start % 3600
 
 
 class _Names:
@@ -72,6 +86,9 @@ class RejectionLog:
         self._maintain_lock = threading.Lock()
         self._counts: Counts = {}
         self._sizes: Sizes = {}  # the sizing's counts (sizing.py), handed on with the others
+        # The results whose count reached a boundary, summed into _sizes by the flusher: an
+        # append is atomic, so a request pays no lock, and its sum is made off its path.
+        self.crossed: deque[Result] = deque()
         self._named: dict[int, _Names] = {}  # minute -> the clients named in it
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -102,6 +119,11 @@ class RejectionLog:
             if self._thread is None:
                 self._start()
 
+    @property
+    def sized(self) -> bool:
+        """Whether sizing counts wait to be handed on."""
+        return bool(self._sizes or self.crossed)
+
     def add_sizes(self, found: list[tuple[Size, int]]) -> None:
         """Add the sizing's counts of one decision (bounded: rules x hours x boundaries)."""
         with self._lock:
@@ -112,6 +134,32 @@ class RejectionLog:
             if self._thread is None:
                 self._start()
 
+    def wake(self) -> None:
+        """Start the flusher for the boundaries crossed, unless it runs."""
+        with self._lock:
+            self._active = True
+            if self._thread is None:
+                self._start()
+
+    def _drain(self) -> None:
+        crossed = self.crossed
+        if not crossed:
+            return
+        sizes: Sizes = {}
+        rule, second, hour = None, 0, 0
+        for _ in range(len(crossed)):  # appends made meanwhile wait for the next drain
+            try:
+                result = crossed.popleft()
+            except IndexError:  # drained by a handover at the same time
+                break
+            # One rule's results of one second are of one window: its hour found once.
+            if result.rule is not rule or result.at // 1_000_000 != second or not second:
+                rule, second = result.rule, result.at // 1_000_000
+                hour = window_hour(result)
+            size = (rule.name, hour, result.limit - result.remaining)
+            sizes[size] = sizes.get(size, 0) + 1
+        self._keep_sizes(sizes)
+
     def _keep_sizes(self, sizes: Sizes) -> None:
         with self._lock:
             buffered = self._sizes
@@ -119,6 +167,7 @@ class RejectionLog:
                 buffered[size] = buffered.get(size, 0) + n
 
     def _swap_sizes(self) -> Sizes:
+        self._drain()
         with self._lock:
             sizes, self._sizes = self._sizes, {}
             return sizes
@@ -203,8 +252,8 @@ class RejectionLog:
         thread.start()
 
     def _tick(self) -> float:
-        interval = conf.FLUSH_INTERVAL
-        return min(PUSH_INTERVAL, interval) if conf.uses_redis else interval
+        # Each tick sums the boundaries crossed, which keeps their queue short.
+        return min(PUSH_INTERVAL, conf.FLUSH_INTERVAL)
 
     def _run(self, stop: threading.Event) -> None:
         me = threading.current_thread()
@@ -224,6 +273,7 @@ class RejectionLog:
                     if (
                         not self._counts
                         and not self._sizes
+                        and not self.crossed
                         and not self._active
                         and self._held is None
                     ):
@@ -245,6 +295,7 @@ class RejectionLog:
         with self._lock:
             self._counts.clear()
             self._sizes.clear()
+            self.crossed.clear()
             self._named.clear()
             thread, self._thread = self._thread, None
             self._stop.set()
@@ -264,6 +315,7 @@ class RejectionLog:
     def push(self) -> None:
         """Add this process's counts to those waiting in Redis (with the memory backend, or
         while Redis fails, they stay here for the next flush)."""
+        self._drain()
         redis = through_redis.client()
         if redis is None:
             return

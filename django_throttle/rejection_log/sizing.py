@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import math
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,8 +27,9 @@ from ..choices import Algorithm
 from ..compiled import MAX_LIMIT
 from ..decision import Decision
 from ..runtime import runtime
-from .buffer import RejectionLog
-from .database import HOUR, OVER, Size
+from ..store import Result
+from .buffer import RejectionLog, window_hour
+from .database import OVER
 
 __all__ = ("BOUNDS", "Sizing", "bounds_up_to", "note", "sizing")
 
@@ -62,7 +63,6 @@ def note(decision: Decision) -> None:
     """Count the boundaries this decision's windows crossed (nothing, for most decisions
     once counts are past 20; nothing for other algorithms)."""
     try:
-        found: list[tuple[Size, int]] | None = None
         for result in decision.results:
             rule = result.rule
             if rule.algorithm != _FIXED or result.local:
@@ -72,35 +72,36 @@ def note(decision: Decision) -> None:
                     continue  # rejected by another rule: this window counted nothing
                 limit = result.limit
                 count = limit - result.remaining
-                cost = result.cost
-                if cost == 1:
-                    if count not in _IS_BOUND and count != limit:
-                        continue
-                    crossed: Iterable[int] = (count,)
-                else:
-                    low, high = bisect_right(BOUNDS, count - cost), bisect_right(BOUNDS, count)
-                    crossed = BOUNDS[low:high]
-                    if count == limit and count not in _IS_BOUND:
-                        crossed = (*crossed, count)
-                    if not crossed:
-                        continue
-                # The hour its window started in: every crossing of one window in one row.
-                hour = (round(result.reset_at) - rule.period) // HOUR * HOUR
-                if found is None:
-                    found = []
-                found += [((rule.name, hour, bound), 1) for bound in crossed]
+                if result.cost == 1 and (count in _IS_BOUND or count == limit):
+                    log = runtime().part(RejectionLog)
+                    log.crossed.append(result)  # summed by the flusher, off this path
+                    if log._thread is None:
+                        log.wake()
+                elif result.cost > 1:
+                    _costly(result, count)
             else:
-                hour = (round(result.reset_at) - rule.period) // HOUR * HOUR
-                if found is None:
-                    found = []
-                found.append(((rule.name, hour, OVER), result.cost))
-        if found:
-            runtime().part(RejectionLog).add_sizes(found)
+                runtime().part(RejectionLog).add_sizes(
+                    [((rule.name, window_hour(result), OVER), result.cost)]
+                )
     except Exception:
         log = runtime().part(RejectionLog)
         if not log.note_failed:
             log.note_failed = True
             logger.exception("django_throttle: a decision could not be counted for sizing")
+
+
+def _costly(result: Result, count: int) -> None:
+    """The boundaries a request of cost > 1 crossed: any between its count before and after."""
+    crossed: tuple[int, ...] = BOUNDS[
+        bisect_right(BOUNDS, count - result.cost) : bisect_right(BOUNDS, count)
+    ]
+    if count == result.limit and count not in _IS_BOUND:
+        crossed = (*crossed, count)
+    if crossed:
+        hour = window_hour(result)
+        runtime().part(RejectionLog).add_sizes(
+            [((result.rule.name, hour, bound), 1) for bound in crossed]
+        )
 
 
 # -- figures ----------------------------------------------------------------------------------
