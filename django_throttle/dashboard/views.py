@@ -113,7 +113,7 @@ def size(request: HttpRequest, rule: str | None, data: Mapping[str, Any]) -> Siz
     """The chosen rule's sizing over the dashboard's period, for the ``limit`` typed in."""
     form = SizingForm(request.GET if request.GET.get("limit") else None)
     view = SizingView(form)
-    if not rule or (form.is_bound and not form.is_valid()):
+    if not rule:
         return view
     found = _rule_limit(rule)
     if found is None:
@@ -125,7 +125,7 @@ def size(request: HttpRequest, rule: str | None, data: Mapping[str, Any]) -> Siz
             "requests per window."
         )
         return view
-    typed = form.cleaned_data["limit"] if form.is_bound else None
+    typed = form.cleaned_data["limit"] if form.is_bound and form.is_valid() else None
     if typed is not None and typed >= rule_limit:
         form.add_error(
             "limit",
