@@ -892,6 +892,30 @@ class Rejection(models.Model):
         )
 
 
+class SizingCount(models.Model):
+    """Per rule and hour, how many client windows reached a count (a boundary of
+    rejection_log.sizing), or (``reached`` 0) the requests past the rule's own limit."""
+
+    rule = models.CharField(_("rule"), max_length=100)
+    hour = models.DateTimeField(_("hour"))  # the hour in which the client's window ends
+    reached = models.PositiveIntegerField(_("count reached"))
+    count = models.PositiveBigIntegerField(_("count"), default=0)
+
+    class Meta:
+        verbose_name = _("sizing count")
+        verbose_name_plural = _("sizing counts")
+        default_permissions = ()  # seen through the dashboard, whose permission is its own
+        constraints = [
+            models.UniqueConstraint(
+                fields=["rule", "hour", "reached"], name="django_throttle_sizing_once"
+            )
+        ]
+        indexes = [models.Index(fields=["hour"], name="django_throttle_sizing_hour")]
+
+    def __str__(self) -> str:
+        return f"{self.rule} {self.hour:%Y-%m-%d %H}h >= {self.reached}: {self.count}"
+
+
 class Dashboard(Rejection):
     """The admin dashboard's entry (/admin/django_throttle/dashboard/) and its permission."""
 

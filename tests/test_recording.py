@@ -219,9 +219,10 @@ def test_flood_of_10000_rejections_costs_no_query_and_a_bounded_number_to_persis
     writes = [
         q["sql"] for q in flush_queries if not q["sql"].upper().startswith(("SAVEPOINT", "RELEASE"))
     ]
-    assert len(writes) == 2, writes  # one bulk upsert, one prune
-    assert writes[0].upper().startswith("INSERT")
-    assert writes[1].upper().startswith("DELETE")
+    # One bulk upsert of the rejections and one of the sizing's counts, one prune of each.
+    assert len(writes) == 4, writes
+    assert [w.split()[0].upper() for w in writes] == ["INSERT", "INSERT", "DELETE", "DELETE"]
+    assert "sizingcount" in writes[1] and "sizingcount" in writes[3]
     assert totals() == {("flood", "reject"): 10_000}
     assert rows() == [("flood", f"ip:192.0.2.{n}", "reject", 2_500) for n in range(1, 5)]
 

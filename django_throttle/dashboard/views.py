@@ -24,14 +24,15 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from ..choices import ALGORITHMS_WITH_BURST as BUCKETS
-from ..choices import KeyKind
-from ..compiled import CompiledRule, with_overrides
+from ..choices import Algorithm, KeyKind
+from ..compiled import MAX_LIMIT, CompiledRule, with_overrides
 from ..conf import conf
 from ..engine import block_levels, inspect, rule_for
 from ..models import Ban, Dashboard, Override, Rule
-from ..rates import describe
+from ..rates import UNIT_SECONDS, describe
 from ..rejection_log import REJECT, SHADOW, UNAVAILABLE, collect, is_complete
-from ..rejection_log.database import as_datetime
+from ..rejection_log.database import as_datetime, read_sizes
+from ..rejection_log.sizing import Sizing, sizing
 from ..rules import compile_rule, default_scopes, defaults_of
 from ..store import Result, get_store
 from ..store.errors import STORE_ERRORS
@@ -69,6 +70,74 @@ class FilterForm(forms.Form):
         required=False,
         widget=RuleNameSearch(_rule_field(), admin.site),
     )
+
+
+class SizingForm(forms.Form):
+    """A limit typed in, to see what it would have rejected of the chosen rule's traffic."""
+
+    limit = forms.IntegerField(
+        label=_("Limit"),
+        required=False,
+        min_value=1,
+        max_value=MAX_LIMIT,
+        widget=forms.NumberInput(attrs={"size": 8}),
+    )
+
+
+@dataclass
+class SizingView:
+    """The sizing of one rule's limit, as the dashboard shows it."""
+
+    form: SizingForm
+    figures: Sizing | None = None
+    unavailable: str = ""
+
+    def as_json(self, rule: str) -> dict[str, Any] | None:
+        return None if self.figures is None else self.figures.as_json(rule)
+
+
+def _rule_limit(name: str) -> tuple[int, int, str] | None:
+    """The limit, period and algorithm of the rule of this name (a row, or a scope's code
+    default)."""
+    row = Rule.objects.filter(name=name).values_list("limit", "per", "unit", "algorithm").first()
+    if row is not None:
+        return row[0], row[1] * UNIT_SECONDS[row[2]], row[3]
+    defaults = defaults_of(name)
+    if len(defaults) != 1:
+        return None
+    rate = defaults[0].rate
+    return rate.limit, rate.per * UNIT_SECONDS[rate.unit], defaults[0].algorithm
+
+
+def size(request: HttpRequest, rule: str | None, data: Mapping[str, Any]) -> SizingView:
+    """The chosen rule's sizing over the dashboard's period, for the ``limit`` typed in."""
+    form = SizingForm(request.GET if request.GET.get("limit") else None)
+    view = SizingView(form)
+    if not rule:
+        return view
+    found = _rule_limit(rule)
+    if found is None:
+        return view
+    rule_limit, period, algorithm = found
+    if algorithm != Algorithm.FIXED_WINDOW:
+        view.unavailable = gettext(
+            "Sizing is not available for this rule: only a fixed window counts each client's "
+            "requests per window."
+        )
+        return view
+    typed = form.cleaned_data["limit"] if form.is_bound and form.is_valid() else None
+    if typed is not None and typed >= rule_limit:
+        form.add_error(
+            "limit",
+            gettext(
+                "Past the rule's own limit (%(limit)s) its traffic is not known: type a lower "
+                "limit."
+            )
+            % {"limit": rule_limit},
+        )
+        typed = None
+    view.figures = sizing(read_sizes(rule, data["start"], data["end"], period), rule_limit, typed)
+    return view
 
 
 class KeyForm(forms.Form):
@@ -185,6 +254,8 @@ class DashboardAdmin(_DashboardModelAdmin):
         rule, period = self._filters(request)
         collect_counts()
         data = dashboard_data(rule, period, store_now())
+        sized = size(request, rule, data)
+        data["sizing"] = sized.as_json(rule) if rule else None
         # The rules the rows name, not the table: the page's size and time do not grow with it.
         named = {row["rule"] for row in [*data["top_keys"], *data["recent"]]}
         rule_ids = dict(Rule.objects.filter(name__in=named).values_list("name", "pk"))
@@ -222,8 +293,19 @@ class DashboardAdmin(_DashboardModelAdmin):
             bucket_minutes=PERIODS[period].bucket // 60,
             data_url=reverse("admin:django_throttle_dashboard_data")
             + "?"
-            + urlencode({k: v for k, v in (("rule", rule), ("period", period)) if v}),
+            + urlencode(
+                {
+                    k: v
+                    for k, v in (
+                        ("rule", rule),
+                        ("period", period),
+                        ("limit", sized.figures and sized.figures.limit),
+                    )
+                    if v
+                }
+            ),
             key_form=key_form,
+            sizing=sized,
             can_act=self.can_reset(request),
             **_actions(request),
             flush_interval=conf.FLUSH_INTERVAL,
@@ -236,7 +318,12 @@ class DashboardAdmin(_DashboardModelAdmin):
         self._require_view(request)
         rule, period = self._filters(request)
         collect_counts()
-        return JsonResponse(dashboard_data(rule, period, store_now()), encoder=DjangoJSONEncoder)
+        data = dashboard_data(rule, period, store_now())
+        sized = size(request, rule, data)
+        if sized.form.errors:
+            return JsonResponse({"errors": sized.form.errors}, status=400)
+        data["sizing"] = sized.as_json(rule) if rule else None
+        return JsonResponse(data, encoder=DjangoJSONEncoder)
 
     def key_view(self, request: HttpRequest) -> HttpResponse:
         """GET: the state of a key under some rules, read without consuming. POST: reset it."""

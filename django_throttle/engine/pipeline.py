@@ -27,6 +27,7 @@ from ..compiled import ON_LOOP, WITH_USER, CompiledRule, every_call
 from ..conf import conf
 from ..decision import Decision, unavailable
 from ..responses import RETRY_AFTER, X_LIMIT, add_headers, rejected, retry_after_seconds
+from ..rejection_log import sizing
 from ..rules import ScopeSpec, request_rules
 from ..runtime import current
 from ..signals import request_throttled
@@ -672,6 +673,7 @@ def announce(request: Any | None, decision: Decision, parts: Parts | None = None
                 break
     if refused:
         rejection_log.note(decision)
+    sizing.note(decision)  # nothing for other algorithms and, past 20, for most decisions
     part = parts.metrics if parts is not None else current.runtime.part(metrics.Metrics)
     if part.on:
         metrics.decision_counted(part, decision)

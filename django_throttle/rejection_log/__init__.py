@@ -91,7 +91,7 @@ if hasattr(os, "register_at_fork"):
 @atexit.register
 def _flush_at_exit() -> None:
     log = runtime().built(RejectionLog)
-    if log is not None and len(log):
+    if log is not None and (len(log) or log.sized):
         # The interpreter is going away: if neither Redis nor the database can be reached,
         # nothing can be done.
         with contextlib.suppress(Exception):

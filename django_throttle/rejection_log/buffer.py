@@ -6,6 +6,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections import deque
 from typing import Any
 
 from django.db import connections
@@ -14,6 +15,7 @@ from .. import metrics
 from ..conf import conf
 from ..runtime import Runtime
 from ..state_keys import digest
+from ..store import Result
 from ..store.errors import STORE_ERRORS
 from . import through_redis
 from .database import (
@@ -21,9 +23,12 @@ from .database import (
     NAMED_PER_RULE,
     Counts,
     Entry,
+    Size,
+    Sizes,
     compact,
     prune,
     write_each,
+    write_sizes,
 )
 from .display import OVERFLOW_DISPLAY, OVERFLOW_KEY, display_of
 
@@ -37,6 +42,18 @@ COMPACT_SECONDS = 5.0  # a flush spends at most about this long compacting; the 
 NAMED_SECONDS = 2 * 3600  # how long the buffer remembers the clients it named in a minute
 
 _DATABASE, _REDIS = "database", "redis"
+
+
+def window_hour(result: Result) -> int:
+    """The hour in which a fixed window's result's window started: every boundary of one
+    client window is counted in one row (sizing.py)."""
+    rule = result.rule
+    if rule.calendar is None and result.at:
+        now = int(result.at) // 1_000_000
+        start = now - now % rule.period
+    else:  # a week or month: its start is where it ends less its length
+        start = round(result.reset_at) - rule.period
+    return start - start % 3600
 
 
 class _Names:
@@ -68,6 +85,10 @@ class RejectionLog:
         self._flush_lock = threading.Lock()
         self._maintain_lock = threading.Lock()
         self._counts: Counts = {}
+        self._sizes: Sizes = {}  # the sizing's counts (sizing.py), handed on with the others
+        # The results whose count reached a boundary, summed into _sizes by the flusher: an
+        # append is atomic, so a request pays no lock, and its sum is made off its path.
+        self.crossed: deque[Result] = deque()
         self._named: dict[int, _Names] = {}  # minute -> the clients named in it
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -97,6 +118,59 @@ class RejectionLog:
             self._count((rule, key, action, minute), identity)
             if self._thread is None:
                 self._start()
+
+    @property
+    def sized(self) -> bool:
+        """Whether sizing counts wait to be handed on."""
+        return bool(self._sizes or self.crossed)
+
+    def add_sizes(self, found: list[tuple[Size, int]]) -> None:
+        """Add the sizing's counts of one decision (bounded: rules x hours x boundaries)."""
+        with self._lock:
+            self._active = True
+            sizes = self._sizes
+            for size, n in found:
+                sizes[size] = sizes.get(size, 0) + n
+            if self._thread is None:
+                self._start()
+
+    def wake(self) -> None:
+        """Start the flusher for the boundaries crossed, unless it runs."""
+        with self._lock:
+            self._active = True
+            if self._thread is None:
+                self._start()
+
+    def _drain(self) -> None:
+        crossed = self.crossed
+        if not crossed:
+            return
+        sizes: Sizes = {}
+        rule, second, hour = None, 0, 0
+        for _ in range(len(crossed)):  # appends made meanwhile wait for the next drain
+            try:
+                result = crossed.popleft()
+            except IndexError:  # drained by a handover at the same time
+                break
+            # One rule's results of one second are of one window: its hour found once.
+            if result.rule is not rule or result.at // 1_000_000 != second or not second:
+                rule, second = result.rule, result.at // 1_000_000
+                hour = window_hour(result)
+            size = (rule.name, hour, result.limit - result.remaining)
+            sizes[size] = sizes.get(size, 0) + 1
+        self._keep_sizes(sizes)
+
+    def _keep_sizes(self, sizes: Sizes) -> None:
+        with self._lock:
+            buffered = self._sizes
+            for size, n in sizes.items():
+                buffered[size] = buffered.get(size, 0) + n
+
+    def _swap_sizes(self) -> Sizes:
+        self._drain()
+        with self._lock:
+            sizes, self._sizes = self._sizes, {}
+            return sizes
 
     def _count(self, entry: Entry, identity: str) -> None:
         counts = self._counts
@@ -154,10 +228,11 @@ class RejectionLog:
 
     def handover(self, successor: Runtime) -> None:
         """The settings changed: the counts not yet handed on go to the new runtime's log."""
-        counts = self._swap()
-        if counts:
+        counts, sizes = self._swap(), self._swap_sizes()
+        if counts or sizes:
             log = successor.part(RejectionLog)
             log._keep(counts)
+            log._keep_sizes(sizes)
             with log._lock:
                 log._active = True
                 if log._thread is None:
@@ -177,8 +252,8 @@ class RejectionLog:
         thread.start()
 
     def _tick(self) -> float:
-        interval = conf.FLUSH_INTERVAL
-        return min(PUSH_INTERVAL, interval) if conf.uses_redis else interval
+        # Each tick sums the boundaries crossed, which keeps their queue short.
+        return min(PUSH_INTERVAL, conf.FLUSH_INTERVAL)
 
     def _run(self, stop: threading.Event) -> None:
         me = threading.current_thread()
@@ -195,7 +270,13 @@ class RejectionLog:
                 with self._lock:
                     # Decided under the lock: add() starts a new thread once this one is gone.
                     # Counts taken from Redis and not read yet (it failed) keep it going.
-                    if not self._counts and not self._active and self._held is None:
+                    if (
+                        not self._counts
+                        and not self._sizes
+                        and not self.crossed
+                        and not self._active
+                        and self._held is None
+                    ):
                         if self._thread is me:
                             self._thread = None
                         return
@@ -213,6 +294,8 @@ class RejectionLog:
         """Forget the buffered counts and stop the flusher thread (for tests)."""
         with self._lock:
             self._counts.clear()
+            self._sizes.clear()
+            self.crossed.clear()
             self._named.clear()
             thread, self._thread = self._thread, None
             self._stop.set()
@@ -232,13 +315,16 @@ class RejectionLog:
     def push(self) -> None:
         """Add this process's counts to those waiting in Redis (with the memory backend, or
         while Redis fails, they stay here for the next flush)."""
+        self._drain()
         redis = through_redis.client()
         if redis is None:
             return
         with self._flush_lock:
-            counts = self._swap()
-            if counts:
-                self._keep(self._push(redis, counts))
+            counts, sizes = self._swap(), self._swap_sizes()
+            if counts or sizes:
+                counts, sizes = self._push(redis, counts, sizes)
+                self._keep(counts)
+                self._keep_sizes(sizes)
 
     def collect(self, timeout: float = -1) -> int:
         """Write this process's counts and those every process left in Redis to the database;
@@ -264,22 +350,24 @@ class RejectionLog:
         return written
 
     def _collect(self) -> int:
-        counts = self._swap()
+        counts, sizes = self._swap(), self._swap_sizes()
         redis = through_redis.client()
         written = 0
-        if counts and redis is not None:
-            counts = self._push(redis, counts)
+        if (counts or sizes) and redis is not None:
+            counts, sizes = self._push(redis, counts, sizes)
         if counts:  # the memory backend; or Redis failed: this process writes its own
             written += self._persist(counts)
+        if sizes:
+            self._persist_sizes(sizes)
         if redis is not None:
             written += self._fold(redis)
         self._forget_named()
         return written
 
-    def _push(self, redis: Any, counts: Counts) -> Counts:
+    def _push(self, redis: Any, counts: Counts, sizes: Sizes) -> tuple[Counts, Sizes]:
         """Counts not added to Redis (none when all were)."""
         try:
-            self.overflowed += through_redis.push(redis, counts)
+            self.overflowed += through_redis.push(redis, counts, sizes)
         except through_redis.PushFailed as exc:
             self._failed(
                 _REDIS,
@@ -288,9 +376,9 @@ class RejectionLog:
                 len(exc.rest),
                 exc.cause,
             )
-            return exc.rest
+            return exc.rest, exc.sizes
         self._recovered(_REDIS, "rejection counts go through Redis again")
-        return {}
+        return {}, {}
 
     def _fold(self, redis: Any) -> int:
         key = self._held
@@ -300,13 +388,15 @@ class RejectionLog:
                 if key is None:
                     return 0
                 self._held = key
-            counts = through_redis.read(redis, key)
+            counts, sizes = through_redis.read_all(redis, key)
         except STORE_ERRORS as exc:
             self._failed(_REDIS, "could not read the rejection counts in Redis (%s)", exc)
             return 0
         self._held = None  # read: from now on, this process answers for them
         self._recovered(_REDIS, "rejection counts go through Redis again")
         written = self._persist(counts) if counts else 0
+        if sizes:
+            self._persist_sizes(sizes)
         # Written (or kept here) already: if the delete fails, the key expires after FOLD_TTL.
         with contextlib.suppress(*STORE_ERRORS):
             through_redis.forget(redis, key)
@@ -342,6 +432,18 @@ class RejectionLog:
                 error,
             )
         return done.rows
+
+    def _persist_sizes(self, sizes: Sizes) -> None:
+        try:
+            write_sizes(sizes)
+        except Exception as exc:
+            self._keep_sizes(sizes)
+            self._failed(
+                _DATABASE,
+                "could not persist %d sizing counts (%s); keeping them for the next flush",
+                len(sizes),
+                exc,
+            )
 
     def _maintain(self) -> None:
         now = time.monotonic()

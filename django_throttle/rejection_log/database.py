@@ -10,12 +10,12 @@ from typing import Any, cast
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connections, router, transaction
-from django.db.models import Count, Field
+from django.db.models import Count, Field, Sum
 from django.utils import timezone as django_timezone
 
 from ..choices import RejectionAction
 from ..conf import conf
-from ..models import Rejection
+from ..models import Rejection, SizingCount
 from .display import (
     DISPLAY_CHARS,
     OVERFLOW_DISPLAY,
@@ -27,6 +27,10 @@ from .display import (
 
 Entry = tuple[str, str, str, int]  # rule name, key digest, action, minute (Unix seconds)
 Counts = dict[Entry, list[Any]]  # entry -> [count, display]
+Size = tuple[str, int, int]  # sizing: rule, hour (Unix seconds), boundary (sizing.py)
+Sizes = dict[Size, int]
+OVER = 0  # the sizing boundary that holds the requests past the rule's own limit
+HOUR = 3600
 
 # Clients kept by name per period (a minute, a quarter hour, two hours), all rules together;
 # each rule and action keeps at least NAMED_PER_RULE whatever the others took. The other
@@ -230,14 +234,97 @@ def write_each(counts: Counts, budget: int = SPLIT_BUDGET) -> Written:
     return done
 
 
+# -- sizing counts -----------------------------------------------------------------------------
+
+
+def write_sizes(sizes: Sizes) -> None:
+    """Add these counts to SizingCount, in one transaction."""
+    if not sizes:
+        return
+    using = router.db_for_write(SizingCount)
+    connection = connections[using]
+    rows = [
+        (storable_rule(rule), as_datetime(hour), bound, n)
+        for (rule, hour, bound), n in sizes.items()
+    ]
+    with transaction.atomic(using=using):
+        if connection.vendor in ("postgresql", "sqlite"):
+            _upsert_sizes(connection, rows)
+        else:
+            _read_modify_write_sizes(using, rows)
+
+
+def _upsert_sizes(connection: Any, rows: list[tuple[Any, ...]]) -> None:
+    quote = connection.ops.quote_name
+    meta = SizingCount._meta
+    fields = [meta.get_field(name) for name in ("rule", "hour", "reached", "count")]
+    table = quote(meta.db_table)
+    columns = [quote(f.column) for f in fields]  # type: ignore[union-attr]
+    count = columns[3]
+    placeholders = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    size = max(1, connection.ops.bulk_batch_size(fields, rows) or len(rows))
+    with connection.cursor() as cursor:
+        for start in range(0, len(rows), size):
+            batch = rows[start : start + size]
+            cursor.execute(
+                f"INSERT INTO {table} ({', '.join(columns)}) "
+                f"VALUES {', '.join([placeholders] * len(batch))} "
+                f"ON CONFLICT ({', '.join(columns[:3])}) "
+                f"DO UPDATE SET {count} = {table}.{count} + EXCLUDED.{count}",
+                [
+                    field.get_db_prep_save(value, connection)  # type: ignore[union-attr]
+                    for row in batch
+                    for field, value in zip(fields, row, strict=True)
+                ],
+            )
+
+
+def _read_modify_write_sizes(using: str, rows: list[tuple[Any, ...]]) -> None:
+    wanted = {(r[0], r[1], r[2]): r for r in rows}
+    manager = SizingCount.objects.using(using)
+    changed = []
+    for row in manager.select_for_update().filter(hour__in={r[1] for r in rows}):
+        new = wanted.pop((row.rule, row.hour, row.reached), None)
+        if new is not None:
+            row.count += new[3]
+            changed.append(row)
+    if changed:
+        manager.bulk_update(changed, ["count"])
+    if wanted:
+        manager.bulk_create(
+            [SizingCount(rule=r[0], hour=r[1], reached=r[2], count=r[3]) for r in wanted.values()]
+        )
+
+
+def prune_sizes(before: datetime) -> int:
+    """Delete the sizing counts of hours before ``before``; return how many rows."""
+    deleted, _ = SizingCount.objects.filter(hour__lt=before).delete()
+    return deleted
+
+
+def read_sizes(rule: str, start: datetime, end: datetime, period: int) -> dict[int, int]:
+    """Boundary -> sum over the windows of ``period`` seconds that overlap [start, end): those
+    that started in it or in the ``period`` before it (rows are hours of windows' starts)."""
+    first = as_datetime((epoch_of(start) - period) // HOUR * HOUR)
+    rows = (
+        SizingCount.objects.filter(rule=storable_rule(rule), hour__gte=first, hour__lt=end)
+        .values("reached")
+        .annotate(n=Sum("count"))
+        .order_by()
+    )
+    return {row["reached"]: row["n"] for row in rows}
+
+
 # -- retention and compaction -----------------------------------------------------------------
 
 
 def prune(days: int | None = None) -> int:
-    """Delete the rejection counts older than ``days`` (default RETENTION_DAYS); return how many."""
+    """Delete the rejection counts, and the sizing's, older than ``days`` (default
+    RETENTION_DAYS); return how many rejection rows."""
     days = conf.RETENTION_DAYS if days is None else days
     cutoff = django_timezone.now() - timedelta(days=days)
     deleted, _ = Rejection.objects.filter(minute__lt=cutoff).delete()
+    prune_sizes(cutoff)
     return deleted
 
 

@@ -1,0 +1,211 @@
+"""Sizing a limit from real traffic: how far clients' counts go in each window of a rule.
+
+A fixed window's count is one integer in the store, and each decision it admits returns what
+is left of it, so the count after the decision is exact (limit - remaining) and grows by the
+request's cost. A decision whose count passes a boundary of ``BOUNDS`` (1, 2, ..., 20, then
+5% apart) adds one to (rule, hour, boundary) in this process's rejection log: each crossing is
+seen by exactly one decision, in one process, whatever the number of processes. The counts
+travel with the rejection counts (through Redis to the database, no round trip of a request's
+own) into ``SizingCount``; a rejected request, which the window does not count, adds its cost
+to boundary 0 instead: the requests past the rule's own limit.
+
+From the sums over a period, N(b) is the number of client windows whose count reached b, and
+so the peaks' percentiles and what a lower limit would have rejected follow, within one
+boundary step (5%). Other algorithms have no count per window to read: no sizing.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from bisect import bisect_left, bisect_right
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..choices import Algorithm
+from ..compiled import MAX_LIMIT
+from ..decision import Decision
+from ..runtime import runtime
+from ..store import Result
+from .buffer import RejectionLog, window_hour
+from .database import OVER
+
+__all__ = ("BOUNDS", "Sizing", "bounds_up_to", "note", "sizing")
+
+logger = logging.getLogger("django_throttle")
+
+STEP = 1.05  # boundaries 5% apart: every figure is within one step of the exact one
+
+
+def _bounds(top: int) -> tuple[int, ...]:
+    bounds = [1]
+    while bounds[-1] < top:
+        bounds.append(max(bounds[-1] + 1, math.ceil(bounds[-1] * STEP)))
+    return tuple(bounds)
+
+
+BOUNDS = _bounds(MAX_LIMIT)  # up to any limit a rule can have: 394 boundaries
+_IS_BOUND = frozenset(BOUNDS)
+_FIXED = Algorithm.FIXED_WINDOW.value
+
+
+def bounds_up_to(limit: int) -> tuple[int, ...]:
+    """The boundaries a rule of this limit counts: those below it, and the limit itself
+    (its rows per hour, at most, with boundary 0)."""
+    return (*BOUNDS[: bisect_left(BOUNDS, limit)], limit)
+
+
+# -- from a decision to counts (the hot path) ---------------------------------------------------
+
+
+def note(decision: Decision) -> None:
+    """Count the boundaries this decision's windows crossed (nothing, for most decisions
+    once counts are past 20; nothing for other algorithms)."""
+    try:
+        for result in decision.results:
+            rule = result.rule
+            if rule.algorithm != _FIXED or result.local:
+                continue
+            if result.allowed:
+                if not decision.allowed:
+                    continue  # rejected by another rule: this window counted nothing
+                limit = result.limit
+                count = limit - result.remaining
+                if result.cost == 1 and (count in _IS_BOUND or count == limit):
+                    log = runtime().part(RejectionLog)
+                    log.crossed.append(result)  # summed by the flusher, off this path
+                    if log._thread is None:
+                        log.wake()
+                elif result.cost > 1:
+                    _costly(result, count)
+            else:
+                runtime().part(RejectionLog).add_sizes(
+                    [((rule.name, window_hour(result), OVER), result.cost)]
+                )
+    except Exception:
+        log = runtime().part(RejectionLog)
+        if not log.note_failed:
+            log.note_failed = True
+            logger.exception("django_throttle: a decision could not be counted for sizing")
+
+
+def _costly(result: Result, count: int) -> None:
+    """The boundaries a request of cost > 1 crossed: any between its count before and after."""
+    crossed: tuple[int, ...] = BOUNDS[
+        bisect_right(BOUNDS, count - result.cost) : bisect_right(BOUNDS, count)
+    ]
+    if count == result.limit and count not in _IS_BOUND:
+        crossed = (*crossed, count)
+    if crossed:
+        hour = window_hour(result)
+        runtime().part(RejectionLog).add_sizes(
+            [((result.rule.name, hour, bound), 1) for bound in crossed]
+        )
+
+
+# -- figures ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """The peaks of client windows (p50, p90, p99, max) and what ``limit`` would have
+    rejected. Past ``rule_limit`` a window's count is not known: a figure there is that
+    limit, a lower bound (``censored``)."""
+
+    windows: int  # client windows seen
+    p50: int
+    p90: int
+    p99: int
+    max: int
+    rule_limit: int
+    censored: bool
+    limit: int | None = None
+    clients_rejected: int | None = None
+    requests_rejected: int | None = None
+
+    def as_json(self, rule: str) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "rule": rule,
+            "p50": self.p50,
+            "p90": self.p90,
+            "p99": self.p99,
+            "max": self.max,
+        }
+        if self.limit is not None:
+            data["limit"] = self.limit
+            data["clients_rejected"] = self.clients_rejected
+            data["requests_rejected"] = self.requests_rejected
+        data["rule_limit"] = self.rule_limit
+        return data
+
+
+def sizing(sums: Mapping[int, int], rule_limit: int, limit: int | None = None) -> Sizing:
+    """The figures from boundary sums (``read_sizes``); ``limit`` below ``rule_limit``."""
+    over = sums.get(OVER, 0)
+    bounds = bounds_up_to(rule_limit)
+    reached = [sums.get(b, 0) for b in bounds]
+    # A window's crossings may be spread over processes' flushes: keep N non-increasing.
+    for i in range(len(reached) - 2, -1, -1):
+        reached[i] = max(reached[i], reached[i + 1])
+    windows = reached[0] if reached else 0
+    censored = over > 0
+
+    def at_least(c: float) -> float:
+        """How many windows reached c, interpolated between boundaries."""
+        if c <= 1:
+            return float(windows)
+        i = bisect_right(bounds, c) - 1
+        if i >= len(bounds) - 1:
+            return float(reached[-1]) if c == bounds[-1] else 0.0
+        b0, b1 = bounds[i], bounds[i + 1]
+        return reached[i] + (reached[i + 1] - reached[i]) * (c - b0) / (b1 - b0)
+
+    def quantile(p: float) -> int:
+        """The peak of the ceil(p * windows)-th smallest window (nearest rank)."""
+        if not windows:
+            return 0
+        above = windows - math.ceil(p * windows)  # windows allowed to peak higher
+        for i in range(1, len(bounds)):
+            if reached[i] <= above:
+                b0, b1 = bounds[i - 1], bounds[i]
+                n0, n1 = reached[i - 1], reached[i]
+                # N(x) falls from n0 at b0 to n1 at b1, linearly between them; the peak
+                # sought is x - 1 where N(x) passes ``above`` (each window halfway between
+                # two counts of N: the last one in the middle of its step, not at its end).
+                x = b0 + (n0 - above - 0.5) * (b1 - b0) / (n0 - n1)
+                return max(b0, math.ceil(x) - 1)
+        return bounds[-1]
+
+    figures = Sizing(
+        windows=windows,
+        p50=quantile(0.5),
+        p90=quantile(0.9),
+        p99=quantile(0.99),
+        max=quantile(1.0),
+        rule_limit=rule_limit,
+        censored=censored,
+    )
+    if limit is None:
+        return figures
+    clients = round(at_least(limit + 1))
+    # Requests past the limit: sum of N(c) for c from limit + 1 to the rule's limit (N linear
+    # within a step: each step's part is an arithmetic series), then those past the rule's.
+    requests = 0.0
+    for i, b in enumerate(bounds):
+        low = max(b, limit + 1)
+        high = bounds[i + 1] - 1 if i + 1 < len(bounds) else b
+        if low <= high:
+            requests += (high - low + 1) * (at_least(low) + at_least(high)) / 2
+    return Sizing(
+        windows=figures.windows,
+        p50=figures.p50,
+        p90=figures.p90,
+        p99=figures.p99,
+        max=figures.max,
+        rule_limit=rule_limit,
+        censored=censored,
+        limit=limit,
+        clients_rejected=clients,
+        requests_rejected=round(requests + over),
+    )
