@@ -71,7 +71,7 @@ def test_admitted_requests_are_not_recorded_and_start_no_thread(client):
     rule("api", "/api/", 5)
     assert statuses(client, "/api/items/", 5) == [200] * 5
     assert len(rejection_log()) == 0
-    assert rejection_log()._thread is None
+    assert rejection_log().thread is None
     assert flush() == 0
     assert rows() == []
 
@@ -289,10 +289,10 @@ def test_a_failed_flush_keeps_the_counts_for_the_next_one(caplog):
 def test_the_flusher_thread_persists_counts_within_flush_interval(settings):
     settings.DJANGO_THROTTLE = {**settings.DJANGO_THROTTLE, "FLUSH_INTERVAL": 0.2}
     rejection_log().add("api", "ip:192.0.2.1", "reject")
-    assert rejection_log()._thread is not None  # started by the first rejection
+    assert rejection_log().thread is not None  # started by the first rejection
     wait_for(lambda: Rejection.objects.exists(), within=30)
     assert rows() == [("api", "ip:192.0.2.1", "reject", 1)]
-    wait_for(lambda: rejection_log()._thread is None, within=30)  # nothing left: it stops
+    wait_for(lambda: rejection_log().thread is None, within=30)  # nothing left: it stops
 
 
 def test_a_forked_child_starts_with_an_empty_buffer():
@@ -302,7 +302,7 @@ def test_a_forked_child_starts_with_an_empty_buffer():
         warnings.simplefilter("ignore", DeprecationWarning)  # "multi-threaded, fork()": known
         pid = os.fork()
     if pid == 0:  # the child: the parent's counts are the parent's to write
-        os._exit(0 if len(rejection_log()) == 0 and rejection_log()._thread is None else 1)
+        os._exit(0 if len(rejection_log()) == 0 and rejection_log().thread is None else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert len(rejection_log()) == 1  # the parent keeps its own

@@ -26,8 +26,9 @@ from ..choices import Action, Algorithm, KeyKind
 from ..compiled import ON_LOOP, WITH_USER, CompiledRule, every_call
 from ..conf import conf
 from ..decision import Decision, unavailable
+from ..rejection_log import RejectionLog, sizing
+from ..rejection_log.sizing import SIZE_BOUNDS
 from ..responses import RETRY_AFTER, X_LIMIT, add_headers, rejected, retry_after_seconds
-from ..rejection_log import sizing
 from ..rules import ScopeSpec, request_rules
 from ..runtime import current
 from ..signals import request_throttled
@@ -58,6 +59,7 @@ logger = logging.getLogger("django_throttle")
 
 US = 1_000_000
 _CONCURRENCY = str(Algorithm.CONCURRENCY)
+_FIXED = Algorithm.FIXED_WINDOW.value
 _DELAY = Action.DELAY.value  # an enum member's lookup on its class costs more than the compare
 
 
@@ -673,7 +675,7 @@ def announce(request: Any | None, decision: Decision, parts: Parts | None = None
                 break
     if refused:
         rejection_log.note(decision)
-    sizing.note(decision)  # nothing for other algorithms and, past 20, for most decisions
+    _sized(decision, parts)
     part = parts.metrics if parts is not None else current.runtime.part(metrics.Metrics)
     if part.on:
         metrics.decision_counted(part, decision)
@@ -688,6 +690,24 @@ def announce(request: Any | None, decision: Decision, parts: Parts | None = None
             request_throttled.send(
                 Decision, request=request, rule=result.rule.name, decision=decision, shadow=True
             )
+
+
+def _sized(decision: Decision, parts: Parts | None) -> None:
+    """Sizing (rejection_log/sizing.py): an admitted fixed window's count of cost 1 that lands
+    on a boundary is queued for the flusher here, on the request's path without a call; a
+    costly or rejected one is counted by sizing.note_result(); other algorithms, nothing."""
+    for result in decision.results:
+        if result.rule.algorithm != _FIXED or result.local:
+            continue
+        if result.cost != 1 or not (result.allowed and decision.allowed):
+            sizing.note_result(decision, result)
+            continue
+        count = result.limit - result.remaining
+        if count in SIZE_BOUNDS or count == result.limit:
+            log = parts.rejection_log if parts is not None else current.runtime.part(RejectionLog)
+            log.crossed.append(result)
+            if log.thread is None:
+                log.wake()
 
 
 # -- 5: answer ----------------------------------------------------------------------------------

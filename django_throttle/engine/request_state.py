@@ -13,6 +13,7 @@ from ..conf import conf
 from ..decision import Decision
 from ..metrics import Metrics
 from ..networks import MAX_ADDRESS_CHARS, normalized
+from ..rejection_log import RejectionLog
 from ..rules import RuleCache, get_rules, scope_rules
 from ..runtime import Runtime, current
 from ..store import GuardedStore, Result
@@ -108,7 +109,7 @@ def serving() -> Serving:
 class Parts:
     """What a request uses of the runtime, fetched once per request and handed from stage to
     stage (a runtime part): the rule cache, the store, delays, the threads serving, metrics,
-    and the settings every request reads."""
+    the rejection log (sizing's queue), and the settings every request reads."""
 
     __slots__ = (
         "delays",
@@ -117,6 +118,7 @@ class Parts:
         "headers",
         "ipv6_prefix",
         "metrics",
+        "rejection_log",
         "rules",
         "serving",
         "store",
@@ -128,6 +130,7 @@ class Parts:
         self.rules = runtime.part(RuleCache)
         self.store = runtime.part(GuardedStore)
         self.metrics = runtime.part(Metrics)
+        self.rejection_log = runtime.part(RejectionLog)
         self.serving = runtime.part(Serving)
         self.delays = runtime.part(Delays)
         self.trusted_proxies = conf.TRUSTED_PROXIES

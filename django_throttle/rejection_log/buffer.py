@@ -90,7 +90,7 @@ class RejectionLog:
         # append is atomic, so a request pays no lock, and its sum is made off its path.
         self.crossed: deque[Result] = deque()
         self._named: dict[int, _Names] = {}  # minute -> the clients named in it
-        self._thread: threading.Thread | None = None
+        self.thread: threading.Thread | None = None  # the flusher, while it runs
         self._stop = threading.Event()
         self._active = False  # a rejection was counted since the last flush began
         self._next_prune = 0.0
@@ -116,7 +116,7 @@ class RejectionLog:
         with self._lock:
             self._active = True
             self._count((rule, key, action, minute), identity)
-            if self._thread is None:
+            if self.thread is None:
                 self._start()
 
     @property
@@ -131,14 +131,14 @@ class RejectionLog:
             sizes = self._sizes
             for size, n in found:
                 sizes[size] = sizes.get(size, 0) + n
-            if self._thread is None:
+            if self.thread is None:
                 self._start()
 
     def wake(self) -> None:
         """Start the flusher for the boundaries crossed, unless it runs."""
         with self._lock:
             self._active = True
-            if self._thread is None:
+            if self.thread is None:
                 self._start()
 
     def _drain(self) -> None:
@@ -235,7 +235,7 @@ class RejectionLog:
             log._keep_sizes(sizes)
             with log._lock:
                 log._active = True
-                if log._thread is None:
+                if log.thread is None:
                     log._start()
 
     def close(self) -> None:
@@ -248,7 +248,7 @@ class RejectionLog:
         thread = threading.Thread(
             target=self._run, args=(self._stop,), name="django_throttle-flush", daemon=True
         )
-        self._thread = thread
+        self.thread = thread
         thread.start()
 
     def _tick(self) -> float:
@@ -277,13 +277,13 @@ class RejectionLog:
                         and not self._active
                         and self._held is None
                     ):
-                        if self._thread is me:
-                            self._thread = None
+                        if self.thread is me:
+                            self.thread = None
                         return
         finally:
             with self._lock:
-                if self._thread is me:  # ended by an unexpected error: the next add() restarts
-                    self._thread = None
+                if self.thread is me:  # ended by an unexpected error: the next add() restarts
+                    self.thread = None
             connections.close_all()  # this thread's own connections
 
     def _after_fork(self) -> None:
@@ -297,7 +297,7 @@ class RejectionLog:
             self._sizes.clear()
             self.crossed.clear()
             self._named.clear()
-            thread, self._thread = self._thread, None
+            thread, self.thread = self.thread, None
             self._stop.set()
             self._stop = threading.Event()
             self._active = False

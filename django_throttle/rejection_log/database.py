@@ -111,11 +111,28 @@ def _upsert(connection: Any, rows: list[tuple[Any, ...]]) -> None:
     """INSERT ... ON CONFLICT DO UPDATE SET count = count + excluded.count, in batches. A row
     meeting a longer period's row keeps the longer period: that period holds it now."""
     quote = connection.ops.quote_name
-    fields = [_column(name) for name in _FIELDS]
     table = quote(Rejection._meta.db_table)
-    columns = ", ".join(quote(f.column) for f in fields)
     target = ", ".join(quote(_column(name).column) for name in _UNIQUE)
     count, minutes = quote(_column("count").column), quote(_column("minutes").column)
+    _insert_batches(
+        connection,
+        [_column(name) for name in _FIELDS],
+        rows,
+        f"ON CONFLICT ({target}) DO UPDATE SET "
+        f"{count} = {table}.{count} + EXCLUDED.{count}, "
+        f"{minutes} = CASE WHEN EXCLUDED.{minutes} > {table}.{minutes} "
+        f"THEN EXCLUDED.{minutes} ELSE {table}.{minutes} END",
+    )
+
+
+def _insert_batches(
+    connection: Any, fields: list[Any], rows: list[tuple[Any, ...]], conflict: str
+) -> None:
+    """INSERT ``rows`` of ``fields`` into their model's table with the ``conflict`` clause, in
+    batches the database takes."""
+    quote = connection.ops.quote_name
+    table = quote(fields[0].model._meta.db_table)
+    columns = ", ".join(quote(f.column) for f in fields)
     placeholders = "(" + ", ".join(["%s"] * len(fields)) + ")"
     size = max(1, connection.ops.bulk_batch_size(fields, rows) or len(rows))
     with connection.cursor() as cursor:
@@ -123,10 +140,7 @@ def _upsert(connection: Any, rows: list[tuple[Any, ...]]) -> None:
             batch = rows[start : start + size]
             cursor.execute(
                 f"INSERT INTO {table} ({columns}) VALUES {', '.join([placeholders] * len(batch))} "
-                f"ON CONFLICT ({target}) DO UPDATE SET "
-                f"{count} = {table}.{count} + EXCLUDED.{count}, "
-                f"{minutes} = CASE WHEN EXCLUDED.{minutes} > {table}.{minutes} "
-                f"THEN EXCLUDED.{minutes} ELSE {table}.{minutes} END",
+                + conflict,
                 [
                     field.get_db_prep_save(value, connection)
                     for row in batch
@@ -261,22 +275,13 @@ def _upsert_sizes(connection: Any, rows: list[tuple[Any, ...]]) -> None:
     table = quote(meta.db_table)
     columns = [quote(f.column) for f in fields]  # type: ignore[union-attr]
     count = columns[3]
-    placeholders = "(" + ", ".join(["%s"] * len(fields)) + ")"
-    size = max(1, connection.ops.bulk_batch_size(fields, rows) or len(rows))
-    with connection.cursor() as cursor:
-        for start in range(0, len(rows), size):
-            batch = rows[start : start + size]
-            cursor.execute(
-                f"INSERT INTO {table} ({', '.join(columns)}) "
-                f"VALUES {', '.join([placeholders] * len(batch))} "
-                f"ON CONFLICT ({', '.join(columns[:3])}) "
-                f"DO UPDATE SET {count} = {table}.{count} + EXCLUDED.{count}",
-                [
-                    field.get_db_prep_save(value, connection)  # type: ignore[union-attr]
-                    for row in batch
-                    for field, value in zip(fields, row, strict=True)
-                ],
-            )
+    _insert_batches(
+        connection,
+        fields,
+        rows,
+        f"ON CONFLICT ({', '.join(columns[:3])}) "
+        f"DO UPDATE SET {count} = {table}.{count} + EXCLUDED.{count}",
+    )
 
 
 def _read_modify_write_sizes(using: str, rows: list[tuple[Any, ...]]) -> None:

@@ -31,7 +31,7 @@ from ..store import Result
 from .buffer import RejectionLog, window_hour
 from .database import OVER
 
-__all__ = ("BOUNDS", "Sizing", "bounds_up_to", "note", "sizing")
+__all__ = ("BOUNDS", "SIZE_BOUNDS", "Sizing", "bounds_up_to", "note", "note_result", "sizing")
 
 logger = logging.getLogger("django_throttle")
 
@@ -46,7 +46,7 @@ def _bounds(top: int) -> tuple[int, ...]:
 
 
 BOUNDS = _bounds(MAX_LIMIT)  # up to any limit a rule can have: 394 boundaries
-_IS_BOUND = frozenset(BOUNDS)
+SIZE_BOUNDS = _IS_BOUND = frozenset(BOUNDS)  # SIZE_BOUNDS: what the engine's path reads
 _FIXED = Algorithm.FIXED_WINDOW.value
 
 
@@ -61,28 +61,33 @@ def bounds_up_to(limit: int) -> tuple[int, ...]:
 
 def note(decision: Decision) -> None:
     """Count the boundaries this decision's windows crossed (nothing, for most decisions
-    once counts are past 20; nothing for other algorithms)."""
+    once counts are past 20; nothing for other algorithms). The engine's path does the usual
+    case itself and calls note_result() for the rest."""
+    for result in decision.results:
+        if result.rule.algorithm == _FIXED and not result.local:
+            note_result(decision, result)
+
+
+def note_result(decision: Decision, result: Result) -> None:
+    """Count the boundaries one fixed window's result crossed."""
     try:
-        for result in decision.results:
-            rule = result.rule
-            if rule.algorithm != _FIXED or result.local:
-                continue
-            if result.allowed:
-                if not decision.allowed:
-                    continue  # rejected by another rule: this window counted nothing
-                limit = result.limit
-                count = limit - result.remaining
-                if result.cost == 1 and (count in _IS_BOUND or count == limit):
-                    log = runtime().part(RejectionLog)
-                    log.crossed.append(result)  # summed by the flusher, off this path
-                    if log._thread is None:
-                        log.wake()
-                elif result.cost > 1:
-                    _costly(result, count)
-            else:
-                runtime().part(RejectionLog).add_sizes(
-                    [((rule.name, window_hour(result), OVER), result.cost)]
-                )
+        rule = result.rule
+        if result.allowed:
+            if not decision.allowed:
+                return  # rejected by another rule: this window counted nothing
+            limit = result.limit
+            count = limit - result.remaining
+            if result.cost == 1 and (count in _IS_BOUND or count == limit):
+                log = runtime().part(RejectionLog)
+                log.crossed.append(result)  # summed by the flusher, off this path
+                if log.thread is None:
+                    log.wake()
+            elif result.cost > 1:
+                _costly(result, count)
+        else:
+            runtime().part(RejectionLog).add_sizes(
+                [((rule.name, window_hour(result), OVER), result.cost)]
+            )
     except Exception:
         log = runtime().part(RejectionLog)
         if not log.note_failed:
