@@ -29,9 +29,8 @@ def networks(count: int) -> list[str]:
 
 
 def check_cases(known: bool, calls: int) -> list[harness.Case]:
-    """client_ip() and audience.counts() of a rule with no networks, then with each size;
-    ``known``: the same few clients again and again, else a client never seen by any cache at
-    each call."""
+    """client_ip() and audience.counts() of a rule with no networks, then with each size; ``known``:
+    the same few clients again and again, else a client never seen by any cache at each call."""
     from django.test import RequestFactory
 
     from django_throttle.audience import counts
@@ -93,9 +92,8 @@ def change_throttle(**values: Any) -> None:
 
 
 def ban_cases(calls: int) -> list[harness.Case]:
-    """ThrottleMiddleware's first step and ban check (begin: the request's state and its client's
-    address; enforce_bans) of a client not banned, with 10,000 bans in force (5,000 addresses,
-    5,000 networks): the same few clients, and a new one at each call."""
+    """ThrottleMiddleware's begin() and ban check for a client not banned, 10,000 bans in force
+    (5,000 addresses, 5,000 networks): the same few clients, and a new one at each call."""
     from django.test import RequestFactory
 
     from django_throttle.engine import begin, enforce_bans
