@@ -34,7 +34,7 @@ def status(request: HttpRequest) -> JsonResponse:
         return _answer({"error": str(error)}, 400)
     probe = _probe(request, path, query, method)
     view = _view_of(probe, request)
-    rules, decision = preview(probe, view, view_scopes(view))
+    rules, decision = preview(probe, view, view_scopes(view, method))
     if decision.unavailable:  # a fail-closed rule, the store down: the request would get a 503
         seconds = retry_after_seconds(decision)
         response = _answer(
@@ -101,15 +101,25 @@ def _view_of(probe: HttpRequest, request: HttpRequest) -> Any:
     return match.func
 
 
-def view_scopes(view: Any) -> list[str]:
-    """The scopes a class-based view's throttle classes decide inside it: those of a throttle
-    that tells them (``view_scopes``, as contrib.drf.RuleThrottle does)."""
+def view_scopes(view: Any, method: str = "GET") -> list[str]:
+    """The scopes decided inside a view by throttles that tell them: a DRF class-based view's
+    throttle classes (``view_scopes``, as contrib.drf.RuleThrottle tells them) and the
+    throttles of the django-ninja operation ``method`` reaches (``rule_scope``, as
+    contrib.ninja.RuleThrottle tells it: its API's, its router's or its own)."""
     view_class = getattr(view, "cls", None) or getattr(view, "view_class", None)
     scopes: list[str] = []
     for throttle in getattr(view_class, "throttle_classes", None) or ():
         told = getattr(throttle, "view_scopes", None)
         if callable(told):
             scopes += told(view_class)
+    # A ninja path's view is a wrapper around its PathView, which holds the operations.
+    for cell in getattr(view, "__closure__", None) or ():
+        for operation in getattr(cell.cell_contents, "operations", None) or ():
+            if method in getattr(operation, "methods", ()):
+                for throttle in getattr(operation, "throttle_objects", None) or ():
+                    scope = getattr(throttle, "rule_scope", None)
+                    if isinstance(scope, str) and scope:
+                        scopes.append(scope)
     return scopes
 
 

@@ -274,3 +274,27 @@ def test_the_package_imports_without_django_ninja_drf_or_spectacular() -> None:
     )
     assert "django_throttle.contrib.ninja needs django-ninja" in out.stdout
     assert "[ninja]" in out.stdout
+
+
+# -- the status endpoint ----------------------------------------------------------------------
+
+
+def test_the_status_endpoint_lists_a_ninja_operation_s_rule_throttles() -> None:
+    rule("api-level", "ninja-api", 2, algorithm="fixed_window")
+    rule("router-level", "ninja-router", 5, algorithm="fixed_window")
+    rule("operation-level", "ninja-orders", 3, algorithm="fixed_window")
+    from django.test import Client
+
+    def names(path: str) -> set[str]:
+        answer = Client().get("/throttle/status/", {"path": path})
+        assert answer.status_code == 200
+        return {r["name"] for r in answer.json()["rules"]}
+
+    assert names("/ninja/items") == {"api-level"}
+    assert names("/ninja/r/reports") == {"router-level"}  # the router's replaces the API's
+    assert names("/ninja/orders") == {"operation-level"}
+    assert names("/ninja/free") == set()
+    client = TestClient(api)
+    client.get("/items")
+    (api_level,) = Client().get("/throttle/status/", {"path": "/ninja/items"}).json()["rules"]
+    assert (api_level["limit"], api_level["remaining"]) == (2, 1)

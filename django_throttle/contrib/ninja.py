@@ -44,6 +44,9 @@ class RuleThrottle(BaseThrottle):
 
     def __init__(self, scope: str | None = None) -> None:
         self.scope = scope
+        # The scope it decides, for the status endpoint, which does not import ninja; None for
+        # the middleware's rules, which the endpoint finds by themselves.
+        self.rule_scope = scope
         self.specs = [ScopeSpec(scope, None, 1)] if scope else []
         # One throttle serves every request: the decision wait() reports is the caller's own.
         self._decision: ContextVar[Decision | None] = ContextVar(
