@@ -182,7 +182,7 @@ class RequestState:
         self.paths_decided = False  # the path rules were decided before the view
         # settle(): the request's actual cost by rule (state prefix), applied once when the
         # response ends (settled).
-        self.actual: dict[str, int] = {}
+        self.actual: dict[str, int] | None = None  # made by the first settle()
         self.settled = False
         # What the middleware's hooks use of the runtime, and the client as identified when
         # the request came in: the ban check and the path rules' decision use it (begin()).

@@ -26,6 +26,8 @@ def settle_request(request: Any, cost: object, rule: str | None = None) -> int:
     if rule is not None and not isinstance(rule, str):
         raise ValueError(f"rule must be a rule's name or None, not {rule!r}")
     state = state_of(request)
+    if state.actual is None:
+        state.actual = {}
     applied = 0
     for prefix, result in state.taken.items():
         if result.rule.algorithm == _CONCURRENCY or rule not in (None, result.rule.name):
@@ -88,7 +90,7 @@ def _settlement(state: RequestState, response: HttpResponseBase) -> list[Refund]
         rule = result.rule
         if rule.algorithm == _CONCURRENCY:
             continue
-        actual = state.actual.get(prefix)
+        actual = state.actual.get(prefix) if state.actual else None
         if actual is None and rule.cost_header:
             actual = header_cost(response, rule.cost_header)
         if actual is None or actual == result.cost:

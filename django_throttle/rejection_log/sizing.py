@@ -31,7 +31,7 @@ from ..store import Result
 from .buffer import RejectionLog, window_hour
 from .database import OVER
 
-__all__ = ("BOUNDS", "SIZE_BOUNDS", "Sizing", "bounds_up_to", "note", "note_result", "sizing")
+__all__ = ("BOUNDS", "SIZE_BOUNDS", "Sizing", "bounds_up_to", "note_result", "sizing")
 
 logger = logging.getLogger("django_throttle")
 
@@ -46,7 +46,7 @@ def _bounds(top: int) -> tuple[int, ...]:
 
 
 BOUNDS = _bounds(MAX_LIMIT)  # up to any limit a rule can have: 394 boundaries
-SIZE_BOUNDS = _IS_BOUND = frozenset(BOUNDS)  # SIZE_BOUNDS: what the engine's path reads
+SIZE_BOUNDS = frozenset(BOUNDS)  # read on the engine's path
 _FIXED = Algorithm.FIXED_WINDOW.value
 
 
@@ -59,34 +59,17 @@ def bounds_up_to(limit: int) -> tuple[int, ...]:
 # -- from a decision to counts (the hot path) ---------------------------------------------------
 
 
-def note(decision: Decision) -> None:
-    """Count the boundaries this decision's windows crossed (nothing, for most decisions
-    once counts are past 20; nothing for other algorithms). The engine's path does the usual
-    case itself and calls note_result() for the rest."""
-    for result in decision.results:
-        if result.rule.algorithm == _FIXED and not result.local:
-            note_result(decision, result)
-
-
 def note_result(decision: Decision, result: Result) -> None:
-    """Count the boundaries one fixed window's result crossed."""
+    """Count what one fixed window's result crossed, past the usual case the engine's path
+    queues itself (an admitted decision of cost 1): a costly request's boundaries, or a
+    rejected one's cost as requests past the rule's own limit."""
     try:
-        rule = result.rule
         if result.allowed:
-            if not decision.allowed:
-                return  # rejected by another rule: this window counted nothing
-            limit = result.limit
-            count = limit - result.remaining
-            if result.cost == 1 and (count in _IS_BOUND or count == limit):
-                log = runtime().part(RejectionLog)
-                log.crossed.append(result)  # summed by the flusher, off this path
-                if log.thread is None:
-                    log.wake()
-            elif result.cost > 1:
-                _costly(result, count)
+            if decision.allowed and result.cost > 1:  # else rejected by another rule: nothing
+                _costly(result, result.limit - result.remaining)
         else:
             runtime().part(RejectionLog).add_sizes(
-                [((rule.name, window_hour(result), OVER), result.cost)]
+                [((result.rule.name, window_hour(result), OVER), result.cost)]
             )
     except Exception:
         log = runtime().part(RejectionLog)
@@ -100,7 +83,7 @@ def _costly(result: Result, count: int) -> None:
     crossed: tuple[int, ...] = BOUNDS[
         bisect_right(BOUNDS, count - result.cost) : bisect_right(BOUNDS, count)
     ]
-    if count == result.limit and count not in _IS_BOUND:
+    if count == result.limit and count not in SIZE_BOUNDS:
         crossed = (*crossed, count)
     if crossed:
         hour = window_hour(result)
