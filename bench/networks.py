@@ -92,35 +92,102 @@ def change_throttle(**values: Any) -> None:
 
 
 def ban_cases(calls: int) -> list[harness.Case]:
-    """ThrottleMiddleware's begin() and ban check for a client not banned, 10,000 bans in force
-    (5,000 addresses, 5,000 networks): the same few clients, and a new one at each call."""
+    """ThrottleMiddleware's begin() alone, and begin() then the ban check, for a client not
+    banned, 10,000 bans in force (4,000 addresses, 4,000 networks, 1,000 users and 1,000 API
+    keys): the same few clients, and a new one at each call, each anonymous with an API key.
+    The difference is what the bans cost such a client."""
+    from django.contrib.auth.models import AnonymousUser
     from django.test import RequestFactory
 
     from django_throttle.engine import begin, enforce_bans
-    from django_throttle.models import Ban
+    from django_throttle.models import Ban, Rule
     from django_throttle.rules import get_rules, rule_cache
 
+    Rule.objects.create(
+        name="keys", scope="/api/", limit=10**9, unit="hour", key_kind="header", key_arg="X-Api-Key"
+    )
     Ban.objects.bulk_create(
-        [Ban(key=f"ip:{n}") for n in networks(5_000)]
-        + [Ban(key=f"ip:101.{i // 256 % 256}.{i % 256}.1") for i in range(5_000)]
+        [Ban(key=f"ip:{n}") for n in networks(4_000)]
+        + [Ban(key=f"ip:101.{i // 256 % 256}.{i % 256}.1") for i in range(4_000)]
+        + [Ban(key=f"user:{i}") for i in range(1, 1_001)]
+        + [Ban(key=f"header:banned-{i}") for i in range(1_000)]
     )
     rule_cache().invalidate()
-    assert len(get_rules().bans or ()) == 10_000
+    bans = get_rules().bans
+    assert bans is not None and len(bans) == 10_000
+    assert bans.current(time.time()).header_keys == ("HTTP_X_API_KEY",)
 
-    def op(request: Any) -> None:
+    def request(address: str) -> Any:
+        made = RequestFactory().get("/", REMOTE_ADDR=address, HTTP_X_API_KEY=f"key-{address}")
+        made.user = AnonymousUser()
+        return made
+
+    def began(request: Any) -> None:
+        begin(request, in_thread=False)
+
+    def checked(request: Any) -> None:
         begin(request, in_thread=False)
         assert enforce_bans(request) is None
 
     cases = []
-    for name, count in (("a known client", 8), ("a client never seen", calls)):
-        requests = [RequestFactory().get("/", REMOTE_ADDR=a) for a in harness.addresses(count)]
-        cases.append(harness.Case(name, op, lambda j, r=requests: r[j % len(r)]))
+    # The two cases of a kind of client take disjoint addresses: neither finds one the other
+    # left in a cache.
+    kinds = (("a known client", 8, PREFIXES[:2]), ("a client never seen", calls, PREFIXES[2:4]))
+    for name, count, prefixes in kinds:
+        for (step, op), prefix in zip(
+            (("begin()", began), ("begin() + enforce_bans()", checked)), prefixes, strict=True
+        ):
+            requests = [request(a) for a in harness.addresses(count, prefix)]
+            cases.append(harness.Case(f"{name}: {step}", op, lambda j, r=requests: r[j % len(r)]))
     return cases
+
+
+def network_cases(calls: int) -> None:
+    """The exempt networks' tables."""
+    from django.core.handlers.wsgi import WSGIHandler
+
+    from django_throttle.models import Rule
+    from django_throttle.networks import network_set
+
+    started = time.perf_counter()
+    network_set("\n".join(networks(SIZES[-1])), 64)
+    built = time.perf_counter() - started
+    for size in (0, *SIZES):
+        Rule.objects.create(
+            name=f"n{size}",
+            scope=f"/n{size}/" if size else "/none/",
+            limit=10**9,
+            unit="hour",
+            exempt_networks="\n".join(networks(size)),
+        )
+    print(
+        f"\nBuilding the set of {SIZES[-1]:,} networks (once, when the rules load): "
+        f"{built * 1000:.0f} ms"
+    )
+    columns = ("exempt networks", "µs (median)", "over none")
+    for known in (True, False):
+        cases = check_cases(known, calls + 200)
+        harness.interleaved(cases, rounds=4, per_round=calls // 4, warmup=200)
+        who = "a known client" if known else "a client never seen (each call)"
+        print(f"\n## audience.counts() of one rule, {who}\n")
+        harness.table(columns, show(cases))
+    cases = request_cases(WSGIHandler())
+    harness.interleaved(cases, rounds=4, per_round=calls // 4, warmup=200)
+    print("\n## A GET through Django's WSGI handler and the middleware, a known client\n")
+    harness.table(columns, show(cases))
+    change_throttle(EXEMPT_NETWORKS=networks(SIZES[-1]))
+    cases = check_cases(False, calls + 200)[-1:]
+    harness.interleaved(cases, rounds=4, per_round=calls // 4, warmup=200)
+    print(
+        f"\n## The same rule under EXEMPT_NETWORKS of {SIZES[-1]:,} too, a client never "
+        f"seen: {cases[0].median_us:.2f} µs\n"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--calls", type=int, default=8_000, help="timed calls per case")
+    parser.add_argument("--bans", action="store_true", help="only what bans cost")
     options = parser.parse_args()
     with harness.RedisServer(cpu=harness.CPU) as server:
         harness.pin_client(harness.CPU)
@@ -129,51 +196,26 @@ def main() -> None:
         )
         urls()
         from django.conf import settings
-        from django.core.handlers.wsgi import WSGIHandler
 
         settings.MIDDLEWARE = [harness.THROTTLE]  # the middleware alone
 
-        from django_throttle.models import Rule
-        from django_throttle.networks import network_set
-
-        started = time.perf_counter()
-        network_set("\n".join(networks(SIZES[-1])), 64)
-        built = time.perf_counter() - started
-        for size in (0, *SIZES):
-            Rule.objects.create(
-                name=f"n{size}",
-                scope=f"/n{size}/" if size else "/none/",
-                limit=10**9,
-                unit="hour",
-                exempt_networks="\n".join(networks(size)),
-            )
         harness.print_machine()
-        print(
-            f"\nBuilding the set of {SIZES[-1]:,} networks (once, when the rules load): "
-            f"{built * 1000:.0f} ms"
-        )
-        columns = ("exempt networks", "µs (median)", "over none")
-        for known in (True, False):
-            cases = check_cases(known, options.calls + 200)
-            harness.interleaved(cases, rounds=4, per_round=options.calls // 4, warmup=200)
-            who = "a known client" if known else "a client never seen (each call)"
-            print(f"\n## audience.counts() of one rule, {who}\n")
-            harness.table(columns, show(cases))
-        cases = request_cases(WSGIHandler())
-        harness.interleaved(cases, rounds=4, per_round=options.calls // 4, warmup=200)
-        print("\n## A GET through Django's WSGI handler and the middleware, a known client\n")
-        harness.table(columns, show(cases))
-        change_throttle(EXEMPT_NETWORKS=networks(SIZES[-1]))
-        cases = check_cases(False, options.calls + 200)[-1:]
-        harness.interleaved(cases, rounds=4, per_round=options.calls // 4, warmup=200)
-        print(
-            f"\n## The same rule under EXEMPT_NETWORKS of {SIZES[-1]:,} too, a client never "
-            f"seen: {cases[0].median_us:.2f} µs\n"
-        )
+        if not options.bans:
+            network_cases(options.calls)
         cases = ban_cases(options.calls + 200)
         harness.interleaved(cases, rounds=4, per_round=options.calls // 4, warmup=200)
-        print("## enforce_bans(), a client not banned, 10,000 bans\n")
-        harness.table(("client", "µs (median)"), [(c.name, f"{c.median_us:.2f}") for c in cases])
+        print("## A client not banned, 10,000 bans: begin() alone and with the ban check\n")
+        rows = []
+        for alone, checked in zip(cases[::2], cases[1::2], strict=True):
+            rows.append((alone.name, f"{alone.median_us:.2f}", ""))
+            rows.append(
+                (
+                    checked.name,
+                    f"{checked.median_us:.2f}",
+                    f"{checked.median_us - alone.median_us:+.2f}",
+                )
+            )
+        harness.table(("client: step", "µs (median)", "the ban check"), rows)
 
 
 if __name__ == "__main__":

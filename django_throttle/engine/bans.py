@@ -29,7 +29,8 @@ def enforce_bans(request: Any) -> HttpResponse | None:
     bans = parts.rules.get().bans
     if bans is None:
         return None
-    return _answer(request, _banned(client, bans, UNREAD_USER))
+    identity = _banned(client, bans, UNREAD_USER)
+    return None if identity is None else _answer(request, identity)
 
 
 async def aenforce_bans(request: Any) -> HttpResponse | None:
@@ -47,7 +48,8 @@ async def aenforce_bans(request: Any) -> HttpResponse | None:
         auser = getattr(request, "auser", None)
         found = await auser() if auser is not None else None
         user = str(found.pk) if found is not None and found.is_authenticated else None
-    return _answer(request, _banned(client, bans, user))
+    identity = _banned(client, bans, user)
+    return None if identity is None else _answer(request, identity)
 
 
 def _began(request: Any) -> tuple[Parts, Client]:
@@ -82,9 +84,7 @@ def _banned(client: Client, bans: BanIndex, user: str | None) -> str | None:
     return None
 
 
-def _answer(request: Any, identity: str | None) -> HttpResponse | None:
-    if identity is None:
-        return None
+def _answer(request: Any, identity: str) -> HttpResponse:
     log = rejection_log()
     try:
         log.add(BAN, identity, REJECT)
