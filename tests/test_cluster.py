@@ -325,6 +325,24 @@ def test_a_refund_leaves_a_shadow_rule_that_rejected_alone(
     assert store.decide([Check(generous, user)], dry_run=True)[0].remaining == 100
 
 
+def test_a_log_only_window_counted_past_its_limit_is_refunded_across_slots(
+    cluster: ClusterHarness, store: ClusterStore
+) -> None:
+    """A log-only fixed window counts on past its limit in a group that committed: when another
+    slot rejects the request, the refund gives that count back too."""
+    tight_ip, user = on_other_masters(cluster, 2, "past")
+    tight = make_rule("fixed_window", 1, rule_id=1)
+    shadow = make_rule("fixed_window", 1, action="log", rule_id=2)
+    store.decide([Check(tight, tight_ip)])  # used up
+    assert store.decide([Check(shadow, user)])[0].past == 0  # at its limit
+    results = store.decide([Check(tight, tight_ip), Check(shadow, user)])
+    assert [(r.allowed, r.past) for r in results] == [(False, 0), (False, 0)]
+    seconds, _ = store.client.time()
+    key = f"{state_key(shadow, user)}:{int(seconds) // shadow.period}"
+    assert int(store.client.get(key)) == 1
+    assert store.decide([Check(shadow, user)])[0].past == 1
+
+
 def test_a_block_lives_in_the_client_s_slot(cluster: ClusterHarness, store: ClusterStore) -> None:
     limit = make_rule("fixed_window", 1, block=600)
     identity = "ip:203.0.113.50"

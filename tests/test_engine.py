@@ -364,6 +364,43 @@ def test_shadow_rule_is_not_consumed_by_a_rejected_request(backend, algorithm):
     assert remaining(backend, [enforcing, shadow]) == [0, 9]
 
 
+def test_a_log_only_fixed_window_counts_on_past_its_limit(backend):
+    """What sizing reads: the window's count past the limit (Result.past), in one check or
+    among others; a dry run writes nothing and tells nothing past."""
+    shadow = make_rule("fixed_window", limit=3, action="log", rule_id=2)
+    roomy = make_rule("fixed_window", limit=100, rule_id=1)
+    clear_of_boundary(backend, HOUR)
+    alone = flood(backend, shadow, 5)
+    assert [r.allowed for r in alone] == [True, True, True, False, False]
+    assert [(r.remaining, r.past) for r in alone] == [(2, 0), (1, 0), (0, 0), (0, 1), (0, 2)]
+    assert one(backend, shadow, dry_run=True).past == 0
+    both = backend.store.decide([Check(roomy, CLIENT), Check(shadow, CLIENT, 2)])
+    assert admitted(both) and [r.past for r in both] == [0, 4]
+    assert one(backend, shadow).past == 5
+
+
+def test_a_log_only_window_past_its_limit_is_given_back_with_a_rejected_request(backend):
+    shadow = make_rule("fixed_window", limit=1, action="log", rule_id=2)
+    tight = make_rule("fixed_window", limit=1, rule_id=1)
+    clear_of_boundary(backend, HOUR)
+    assert admitted(backend.store.decide([Check(tight, CLIENT), Check(shadow, CLIENT)]))
+    for _ in range(3):
+        rejected = backend.store.decide([Check(tight, CLIENT), Check(shadow, CLIENT)])
+        assert not admitted(rejected)
+        assert [(r.remaining, r.past) for r in rejected] == [(0, 0), (0, 0)]
+    # The shadow window holds the first request only: the next one is 1 past its limit.
+    assert one(backend, shadow).past == 1
+
+
+@pytest.mark.parametrize("algorithm", [a for a in ALGORITHMS if a != "fixed_window"])
+def test_other_log_only_rules_stop_at_their_limit(backend, algorithm):
+    shadow = make_rule(algorithm, limit=2, action="log", rule_id=2)
+    clear_of_boundary(backend, HOUR)
+    flood(backend, shadow, 4)
+    assert one(backend, shadow).past == 0
+    assert remaining(backend, [shadow]) == [0]
+
+
 # -- dry runs and resets ------------------------------------------------------
 
 

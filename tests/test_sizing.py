@@ -89,14 +89,35 @@ def test_the_dashboard_page_shows_the_sizing(admin_client, traffic):
     )
 
 
-def test_requests_past_the_rules_own_limit_are_counted_and_marked(admin_client, traffic):
-    # Under "at-limit" every client past LIMIT stopped at it: the excess is known in total.
-    data = admin_client.get(DATA, {"rule": "at-limit", "period": "day", "limit": 40}).json()
+def test_a_log_rule_is_sized_past_its_own_limit(admin_client, traffic):
+    # "at-limit" only logs: its windows go on counting past LIMIT, so a limit above its own is
+    # sized as one below it is, against the exact figures.
+    for typed in (40, 150):
+        data = admin_client.get(DATA, {"rule": "at-limit", "period": "day", "limit": typed})
+        sized = data.json()["sizing"]
+        assert sized["rule_limit"] == LIMIT and sized["limit"] == typed
+        for p, name in ((0.5, "p50"), (0.9, "p90"), (0.99, "p99"), (1.0, "max")):
+            assert near(sized[name], exact(TRAFFIC, p)), (name, sized[name], exact(TRAFFIC, p))
+        assert near(sized["clients_rejected"], sum(1 for n in TRAFFIC if n > typed))
+        assert near(sized["requests_rejected"], sum(max(0, n - typed) for n in TRAFFIC))
+    html = admin_client.get(DASHBOARD, {"rule": "at-limit", "period": "day"}).content.decode()
+    assert "&ge;" not in html and "Past the rule" not in html
+
+
+def test_past_an_enforcing_rules_own_limit_requests_are_counted_and_marked(admin_client):
+    rule("enforced", "api", LIMIT, algorithm="fixed_window", unit="day")
+    away_from_midnight()
+    for i, n in enumerate(TRAFFIC):
+        for _ in range(n):
+            check_key("api", f"client-{i}")
+    flush()
+    # Every client past LIMIT stopped at it: the excess is known in total only.
+    data = admin_client.get(DATA, {"rule": "enforced", "period": "day", "limit": 40}).json()
     sized = data["sizing"]
     assert sized["max"] == LIMIT and sized["rule_limit"] == LIMIT
     assert near(sized["requests_rejected"], sum(max(0, n - 40) for n in TRAFFIC))
     assert near(sized["clients_rejected"], sum(1 for n in TRAFFIC if n > 40))
-    html = admin_client.get(DASHBOARD, {"rule": "at-limit", "period": "day"}).content.decode()
+    html = admin_client.get(DASHBOARD, {"rule": "enforced", "period": "day"}).content.decode()
     assert f"&ge; {LIMIT}</td>" in html
 
 
@@ -110,8 +131,8 @@ def test_a_bad_limit_is_a_form_error(admin_client, limit):
     assert data.status_code == 400 and "limit" in data.json()["errors"]
 
 
-def test_a_limit_past_the_rules_own_is_a_form_error(admin_client):
-    rule("sized", "api", 1000, algorithm="fixed_window", unit="day", action="log")
+def test_a_limit_past_an_enforcing_rules_own_is_a_form_error(admin_client):
+    rule("sized", "api", 1000, algorithm="fixed_window", unit="day")
     page = admin_client.get(DASHBOARD, {"rule": "sized", "limit": 1000}).content.decode()
     assert "Past the rule&#x27;s own limit (1000)" in page
     assert admin_client.get(DATA, {"rule": "sized", "limit": 1000}).status_code == 400

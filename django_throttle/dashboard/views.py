@@ -24,7 +24,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from ..choices import ALGORITHMS_WITH_BURST as BUCKETS
-from ..choices import Algorithm, KeyKind
+from ..choices import Action, Algorithm, KeyKind
 from ..compiled import MAX_LIMIT, CompiledRule, with_overrides
 from ..conf import conf
 from ..engine import block_levels, inspect, rule_for
@@ -96,17 +96,21 @@ class SizingView:
         return None if self.figures is None else self.figures.as_json(rule)
 
 
-def _rule_limit(name: str) -> tuple[int, int, str] | None:
+def _rule_limit(name: str) -> tuple[int, int, str, bool] | None:
     """The limit, period and algorithm of the rule of this name (a row, or a scope's code
-    default)."""
-    row = Rule.objects.filter(name=name).values_list("limit", "per", "unit", "algorithm").first()
+    default, which enforces), and whether it only logs."""
+    row = (
+        Rule.objects.filter(name=name)
+        .values_list("limit", "per", "unit", "algorithm", "action")
+        .first()
+    )
     if row is not None:
-        return row[0], row[1] * UNIT_SECONDS[row[2]], row[3]
+        return row[0], row[1] * UNIT_SECONDS[row[2]], row[3], row[4] == Action.LOG
     defaults = defaults_of(name)
     if len(defaults) != 1:
         return None
     rate = defaults[0].rate
-    return rate.limit, rate.per * UNIT_SECONDS[rate.unit], defaults[0].algorithm
+    return rate.limit, rate.per * UNIT_SECONDS[rate.unit], defaults[0].algorithm, False
 
 
 def size(request: HttpRequest, rule: str | None, data: Mapping[str, Any]) -> SizingView:
@@ -118,7 +122,7 @@ def size(request: HttpRequest, rule: str | None, data: Mapping[str, Any]) -> Siz
     found = _rule_limit(rule)
     if found is None:
         return view
-    rule_limit, period, algorithm = found
+    rule_limit, period, algorithm, log_only = found
     if algorithm != Algorithm.FIXED_WINDOW:
         view.unavailable = gettext(
             "Sizing is not available for this rule: only a fixed window counts each client's "
@@ -126,7 +130,7 @@ def size(request: HttpRequest, rule: str | None, data: Mapping[str, Any]) -> Siz
         )
         return view
     typed = form.cleaned_data["limit"] if form.is_bound and form.is_valid() else None
-    if typed is not None and typed >= rule_limit:
+    if typed is not None and typed >= rule_limit and not log_only:
         form.add_error(
             "limit",
             gettext(
@@ -136,7 +140,8 @@ def size(request: HttpRequest, rule: str | None, data: Mapping[str, Any]) -> Siz
             % {"limit": rule_limit},
         )
         typed = None
-    view.figures = sizing(read_sizes(rule, data["start"], data["end"], period), rule_limit, typed)
+    sums = read_sizes(rule, data["start"], data["end"], period)
+    view.figures = sizing(sums, rule_limit, typed, log_only)
     return view
 
 

@@ -7,11 +7,14 @@ request's cost. A decision whose count passes a boundary of ``BOUNDS`` (1, 2, ..
 seen by exactly one decision, in one process, whatever the number of processes. The counts
 travel with the rejection counts (through Redis to the database, no round trip of a request's
 own) into ``SizingCount``; a rejected request, which the window does not count, adds its cost
-to boundary 0 instead: the requests past the rule's own limit.
+to boundary 0 instead: the requests past the rule's own limit. A log-only rule's window goes
+on counting past its limit (decide.lua: its remaining then tells how far past, ``Result.past``),
+so its crossings are counted there too and nothing about it is unknown.
 
 From the sums over a period, N(b) is the number of client windows whose count reached b, and
 so the peaks' percentiles and what a lower limit would have rejected follow, within one
-boundary step (5%). Other algorithms have no count per window to read: no sizing.
+boundary step (5%): any limit for a log-only rule, one below its own for an enforcing rule.
+Other algorithms have no count per window to read: no sizing.
 """
 
 from __future__ import annotations
@@ -50,10 +53,12 @@ SIZE_BOUNDS = frozenset(BOUNDS)  # read on the engine's path
 _FIXED = Algorithm.FIXED_WINDOW.value
 
 
-def bounds_up_to(limit: int) -> tuple[int, ...]:
-    """The boundaries a rule of this limit counts: those below it, and the limit itself
-    (its rows per hour, at most, with boundary 0)."""
-    return (*BOUNDS[: bisect_left(BOUNDS, limit)], limit)
+def bounds_up_to(limit: int, log_only: bool = False) -> tuple[int, ...]:
+    """The boundaries a rule of this limit counts: those below it, and the limit itself, and
+    for a ``log_only`` rule, whose windows count on past the limit, those above it too (its
+    rows per hour, at most, with boundary 0)."""
+    below = (*BOUNDS[: bisect_left(BOUNDS, limit)], limit)
+    return (*below, *BOUNDS[bisect_right(BOUNDS, limit) :]) if log_only else below
 
 
 # -- from a decision to counts (the hot path) ---------------------------------------------------
@@ -62,15 +67,22 @@ def bounds_up_to(limit: int) -> tuple[int, ...]:
 def note_result(decision: Decision, result: Result) -> None:
     """Count what one fixed window's result crossed, past the usual case the engine's path
     queues itself (an admitted decision of cost 1): a costly request's boundaries, or a
-    rejected one's cost as requests past the rule's own limit."""
+    rejected one's cost as requests past the rule's own limit (and, a log-only rule's window
+    counting on past it, the boundaries its count crossed there)."""
     try:
         if result.allowed:
             if decision.allowed and result.cost > 1:  # else rejected by another rule: nothing
                 _costly(result, result.limit - result.remaining)
         else:
-            runtime().part(RejectionLog).add_sizes(
-                [((result.rule.name, window_hour(result), OVER), result.cost)]
-            )
+            hour = window_hour(result)
+            sizes = [((result.rule.name, hour, OVER), result.cost)]
+            if result.past and decision.allowed:
+                count = result.limit + result.past
+                sizes += [
+                    ((result.rule.name, hour, bound), 1)
+                    for bound in _crossed(count - result.cost, count, result.limit)
+                ]
+            runtime().part(RejectionLog).add_sizes(sizes)
     except Exception:
         log = runtime().part(RejectionLog)
         if not log.note_failed:
@@ -78,13 +90,18 @@ def note_result(decision: Decision, result: Result) -> None:
             logger.exception("django_throttle: a decision could not be counted for sizing")
 
 
+def _crossed(before: int, after: int, limit: int) -> tuple[int, ...]:
+    """The boundaries a window's count passed going from ``before`` to ``after``: those of
+    ``BOUNDS`` and the rule's ``limit``, in (before, after]."""
+    crossed: tuple[int, ...] = BOUNDS[bisect_right(BOUNDS, before) : bisect_right(BOUNDS, after)]
+    if before < limit <= after and limit not in SIZE_BOUNDS:
+        crossed = tuple(sorted((*crossed, limit)))
+    return crossed
+
+
 def _costly(result: Result, count: int) -> None:
     """The boundaries a request of cost > 1 crossed: any between its count before and after."""
-    crossed: tuple[int, ...] = BOUNDS[
-        bisect_right(BOUNDS, count - result.cost) : bisect_right(BOUNDS, count)
-    ]
-    if count == result.limit and count not in SIZE_BOUNDS:
-        crossed = (*crossed, count)
+    crossed = _crossed(count - result.cost, count, result.limit)
     if crossed:
         hour = window_hour(result)
         runtime().part(RejectionLog).add_sizes(
@@ -98,8 +115,8 @@ def _costly(result: Result, count: int) -> None:
 @dataclass(frozen=True)
 class Sizing:
     """The peaks of client windows (p50, p90, p99, max) and what ``limit`` would have
-    rejected. Past ``rule_limit`` a window's count is not known: a figure there is that
-    limit, a lower bound (``censored``)."""
+    rejected. Past an enforcing rule's ``rule_limit`` a window's count is not known: a figure
+    there is that limit, a lower bound (``censored``)."""
 
     windows: int  # client windows seen
     p50: int
@@ -128,16 +145,19 @@ class Sizing:
         return data
 
 
-def sizing(sums: Mapping[int, int], rule_limit: int, limit: int | None = None) -> Sizing:
-    """The figures from boundary sums (``read_sizes``); ``limit`` below ``rule_limit``."""
+def sizing(
+    sums: Mapping[int, int], rule_limit: int, limit: int | None = None, log_only: bool = False
+) -> Sizing:
+    """The figures from boundary sums (``read_sizes``); ``limit`` below ``rule_limit``, or any
+    for a ``log_only`` rule, whose windows are counted past its limit."""
     over = sums.get(OVER, 0)
-    bounds = bounds_up_to(rule_limit)
+    bounds = bounds_up_to(rule_limit, log_only)
     reached = [sums.get(b, 0) for b in bounds]
     # A window's crossings may be spread over processes' flushes: keep N non-increasing.
     for i in range(len(reached) - 2, -1, -1):
         reached[i] = max(reached[i], reached[i + 1])
     windows = reached[0] if reached else 0
-    censored = over > 0
+    censored = over > 0 and not log_only
 
     def at_least(c: float) -> float:
         """How many windows reached c, interpolated between boundaries."""
@@ -177,8 +197,9 @@ def sizing(sums: Mapping[int, int], rule_limit: int, limit: int | None = None) -
     if limit is None:
         return figures
     clients = round(at_least(limit + 1))
-    # Requests past the limit: sum of N(c) for c from limit + 1 to the rule's limit (N linear
-    # within a step: each step's part is an arithmetic series), then those past the rule's.
+    # Requests past the limit: sum of N(c) for c from limit + 1 to the rule's limit, or to the
+    # last boundary for a log-only rule (N linear within a step: each step's part is an
+    # arithmetic series), then those past an enforcing rule's own limit.
     requests = 0.0
     for i, b in enumerate(bounds):
         low = max(b, limit + 1)
@@ -195,5 +216,5 @@ def sizing(sums: Mapping[int, int], rule_limit: int, limit: int | None = None) -
         censored=censored,
         limit=limit,
         clients_rejected=clients,
-        requests_rejected=round(requests + over),
+        requests_rejected=round(requests + (0 if log_only else over)),
     )

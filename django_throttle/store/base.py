@@ -92,6 +92,8 @@ class Result:
     at: int = 0  # the store's time of the decision, in microseconds (what a refund undoes)
     cost: int = 1  # what the check asked for
     local: bool = False  # decided by this process's fallback while the store was unreachable
+    # A log-only fixed window's count past its limit, which it goes on counting (sizing).
+    past: int = 0
 
 
 class Store(Protocol):

@@ -184,9 +184,14 @@ def _still_missed(reply: Any) -> Any:
 
 
 def _to_refund(checks: Sequence[Check], indices: list[int], reply: Sequence[int]) -> list[Check]:
-    """The checks of a committed group that decide.lua did commit: those that admitted
-    (a shadow rule that rejected is in an admitted group, uncounted)."""
-    return [checks[i] for k, i in enumerate(indices) if reply[2 + REPLY_FIELDS * k] == 1]
+    """The checks of a committed group that decide.lua did commit: those that admitted, and
+    a log-only window counted past its limit (negative remaining); another shadow rule that
+    rejected is in an admitted group uncounted."""
+    return [
+        checks[i]
+        for k, i in enumerate(indices)
+        if reply[2 + REPLY_FIELDS * k] == 1 or reply[3 + REPLY_FIELDS * k] < 0
+    ]
 
 
 def _without_block_keys(args: list[Any]) -> list[Any]:
@@ -222,6 +227,8 @@ def assemble(plan: Plan, replies: Sequence[Any], refunded: set[int]) -> list[Res
                 result.remaining = min(
                     result.remaining + checks[i].cost, max(rule.limit, rule.burst)
                 )
+            elif number in refunded:
+                result.past = 0  # given back with the rest of its group
             results[i] = result
     return [r for r in results if r is not None]
 

@@ -116,21 +116,25 @@ class MemoryStore:
             for check, blocked, (ok, rem_after, rem_now, reset_after, retry, delay, write) in zip(
                 checks, blocks, evaluations, strict=True
             ):
+                # A rejection that writes: a log-only window counted past its limit.
+                counted = commit and write is not None
                 if commit and write is not None:
                     write()
+                remaining = rem_after if counted else rem_now
                 results.append(
                     Result(
                         rule=check.rule,
                         identity=check.identity,
                         allowed=ok,
                         limit=check.rule.limit,
-                        remaining=rem_after if commit and ok else rem_now,
+                        remaining=max(remaining, 0),
                         reset_at=(now + math.ceil(reset_after)) / US,
                         retry_after=math.ceil(retry) / US,
                         delay=math.ceil(delay) / US,
                         blocked=blocked,
                         at=now,
                         cost=check.cost,
+                        past=max(-remaining, 0),
                     )
                 )
             return results
@@ -286,7 +290,7 @@ class MemoryStore:
         algorithm = rule.algorithm
         if algorithm == Algorithm.FIXED_WINDOW:
             window = _fixed_window(rule, now // US)  # in whole seconds, as decide.lua
-            return self._fixed_window(key, now, limit, window, cost)
+            return self._fixed_window(key, now, limit, window, cost, not rule.enforcing)
         if algorithm == Algorithm.SLIDING_WINDOW_LOG:
             return self._sliding_window_log(key, now, limit, period, cost)
         if algorithm == Algorithm.CONCURRENCY:
@@ -302,21 +306,30 @@ class MemoryStore:
         )
 
     def _fixed_window(
-        self, key: str, now: int, limit: int, window: tuple[int, int, int], cost: int
+        self,
+        key: str,
+        now: int,
+        limit: int,
+        window: tuple[int, int, int],
+        cost: int,
+        log_only: bool = False,
     ) -> Evaluation:
-        """``window``: its number (a calendar window's: its start), start and end, in seconds."""
+        """``window``: its number (a calendar window's: its start), start and end, in seconds.
+        A ``log_only`` rule's window goes on counting past its limit (decide.lua)."""
         w, starts, ends = window
         stored = self._get(key, now)
         count = stored[1] if stored is not None and stored[0] == w else 0
         reset_after = ends * US - now
+
+        def write() -> None:
+            self._set(key, (w, count + cost), now, reset_after)
+
         if count + cost <= limit:
-
-            def write() -> None:
-                self._set(key, (w, count + cost), now, reset_after)
-
             return True, limit - count - cost, limit - count, reset_after, 0, 0, write
         retry = (ends - starts) * US if cost > limit else reset_after
         remaining = _clamp(limit - count)
+        if log_only:
+            return False, limit - count - cost, remaining, reset_after, retry, 0, write
         return False, remaining, remaining, reset_after, retry, 0, None
 
     def _sliding_window_log(

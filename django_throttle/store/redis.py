@@ -541,6 +541,7 @@ def parse_reply(checks: Sequence[Check], reply: Sequence[float]) -> list[Result]
         rule = check.rule
         state = reply[i]  # 1 allowed, 0 rejected, 2 rejected and blocked
         wait = reply[i + 3] / US  # allowed: the delay; rejected: the retry-after
+        remaining = int(reply[i + 1])  # negative: a log-only window's count past its limit
         # Positional (the field order of Result): keywords cost twice the construction.
         results.append(
             Result(
@@ -548,13 +549,15 @@ def parse_reply(checks: Sequence[Check], reply: Sequence[float]) -> list[Result]
                 check.identity,
                 state == 1,  # allowed
                 rule.limit,
-                int(reply[i + 1]),  # remaining
+                remaining if remaining >= 0 else 0,
                 now + reply[i + 2] / US,  # reset_at
                 0.0 if state == 1 else wait,  # retry_after
                 wait if state == 1 else 0.0,  # delay
                 state == 2,  # blocked
                 at,
                 check.cost,
+                False,  # local
+                0 if remaining >= 0 else -remaining,  # past
             )
         )
         i += REPLY_FIELDS

@@ -29,7 +29,8 @@
 --                     epoch seconds
 -- Returns  little-endian doubles (struct.pack: for Redis a table reply costs more than a
 --          check's own commands): now_us, admitted, then for each check: state (1 allowed,
---          0 rejected, 2 rejected and blocked), remaining, reset_after_us, wait_us
+--          0 rejected, 2 rejected and blocked), remaining (a log-only window's count past
+--          its limit: negative, how far past), reset_after_us, wait_us
 --          (allowed: the delay before it may proceed, leaky bucket only; rejected:
 --          retry_after); now_us, -1 with nothing written when the server's time is in none
 --          of a calendar check's windows (the caller's clock is off: it asks again with
@@ -294,8 +295,16 @@ while spec do
     if not dry then
       if ok then
         counted = dup and 'd' or 'i'
-      elseif not dup then
+      elseif dup then
+      elseif enforce or code == C then
         call('DECRBY', key, cost)
+      else
+        -- A log-only rule's window goes on counting past its limit, so that sizing sees
+        -- how far clients go (given back, as any count, if an enforcing check rejects the
+        -- request); its remaining is then how far past the limit, negative. value keeps
+        -- what remains without it, the reply's if it is given back.
+        counted, value, rem_after = 'i', rem_now, limit - n
+        rem_now = rem_after
       end
     end
 
@@ -552,7 +561,7 @@ while spec do
   reply[r + 2] = rem_now
   reply[r + 3] = reset_after
   reply[r + 4] = wait
-  if ok then
+  if ok or counted then
     local p = 8 * i - 8
     pend[p + 1], pend[p + 2], pend[p + 3], pend[p + 4] = counted or code, key, value, px
     -- A log's slot of the period holds its trim: its write needs no period.
@@ -640,7 +649,13 @@ elseif reply and not admitted then
   reply[2] = 0
   if not dry then
     for p = 1, 8 * i, 8 do
-      if pend[p] == 'i' then call('DECRBY', pend[p + 1], pend[p + 6]) end
+      if pend[p] == 'i' then
+        call('DECRBY', pend[p + 1], pend[p + 6])
+        -- A log-only window counted past its limit is given back too: its remaining is
+        -- what remains without it (check j's is reply[4 * j], and p = 8 * j - 7).
+        local r = (p + 7) / 2
+        if reply[r] < 0 then reply[r] = pend[p + 2] end
+      end
     end
   end
 end
