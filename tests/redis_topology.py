@@ -306,6 +306,10 @@ class SentinelGroup:
     Each Sentinel's config names the replica and the other Sentinels (with their ids), so they
     know each other at once instead of after the hello and INFO periods (2 s and 10 s): the
     group is ready for SENTINEL FAILOVER, or a vote on a dead master, as soon as it is up.
+
+    ``min_replicas_to_write``: every data node gets it (with ``min-replicas-max-lag`` 10), as
+    one config file for all of them would give it; whichever is the master then refuses
+    writes with ``NOREPLICAS`` while fewer replicas are linked to it.
     """
 
     def __init__(
@@ -314,18 +318,23 @@ class SentinelGroup:
         *,
         down_after_ms: int = 1000,
         failover_timeout_ms: int = 3000,
+        min_replicas_to_write: int = 0,
         timeout: float = 15.0,
     ) -> None:
         self.service_name = service_name
         self.servers: list[RedisServer] = []  # the data nodes, whatever their current role
         self.sentinel_servers: list[RedisServer] = []
         self.last_failover_seconds: float | None = None
+        fence = []
+        if min_replicas_to_write:
+            fence = ["--min-replicas-to-write", str(min_replicas_to_write)]
+            fence += ["--min-replicas-max-lag", "10"]
         _open.add(self)
         try:
-            primary = RedisServer(args=_REPLICATION_ARGS)
+            primary = RedisServer(args=[*_REPLICATION_ARGS, *fence])
             self.servers.append(primary)
             primary.start()
-            replica = RedisServer(args=_replica_args(primary.port))
+            replica = RedisServer(args=[*_replica_args(primary.port), *fence])
             self.servers.append(replica)
             replica.start()
             # A Sentinel asks a replica whose link is down for INFO every 1 s, not at once.

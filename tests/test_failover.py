@@ -385,3 +385,121 @@ def test_a_sentinel_failover_moves_async_decisions_to_the_new_primary_within_a_r
     assert all(after)
     assert counted(old) == 3  # still a primary, yet no longer written to
     assert counted(group.server(new_port)) == 3 + 5
+
+
+# -- min-replicas-to-write: a primary that refuses writes with NOREPLICAS --------------------
+
+
+def script_runs(port: int) -> int:
+    """EVALSHA and EVAL calls a server has run, failed ones included."""
+    with closing(redis.Redis(port=port, socket_timeout=5)) as client:
+        stats = client.info("commandstats")
+    return sum(
+        int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in ("evalsha", "eval")
+    )
+
+
+def refuses_writes(port: int) -> bool:
+    with closing(redis.Redis(port=port, socket_timeout=1)) as client:
+        try:
+            client.set("probe", 1)
+        except redis.ResponseError as error:
+            return str(error).startswith("NOREPLICAS")
+    return False
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("asgi", [False, True], ids=["wsgi", "asgi"])
+def test_noreplicas_with_no_replica_promoted_follows_the_fail_modes(
+    settings: Any, asgi: bool
+) -> None:
+    """A primary with min-replicas-to-write whose replica died answers NOREPLICAS: no server
+    took over, so the decision is sent once, and each rule follows its fail mode."""
+    with ReplicatedRedis() as replicated:
+        primary = replicated.primary
+        with closing(primary.client()) as node:
+            node.config_set("min-replicas-to-write", 1)
+        cache = {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": primary.url}
+        throttle_settings(settings, cache)
+        rule("closed", "fenced-closed", 100, unit="hour", fail_mode="closed")
+        rule("open", "fenced-open", 100, unit="hour", fail_mode="open")
+
+        def decide(scope: str) -> Any:
+            if asgi:
+                from django_throttle import acheck_key
+
+                return run(lambda: acheck_key(scope, "acme"))
+            from django_throttle import check_key
+
+            return check_key(scope, "acme")
+
+        assert decide("fenced-closed").allowed and decide("fenced-open").allowed
+        replicated.replica.kill()
+        wait_until(lambda: refuses_writes(primary.port), within=10)
+        runs, before = script_runs(primary.port), counted(primary)
+        closed = decide("fenced-closed")
+        assert script_runs(primary.port) == runs + 1  # not sent again
+        assert counted(primary) == before  # refused at its first write: nothing written
+        opened = decide("fenced-open")
+    assert not closed.allowed and closed.unavailable
+    assert opened.allowed and not opened.unavailable
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("asgi", [False, True], ids=["wsgi", "asgi"])
+def test_with_min_replicas_to_write_a_sentinel_failover_loses_no_count(
+    settings: Any, asgi: bool
+) -> None:
+    """min-replicas-to-write 1 on both data nodes: from the promotion the old primary refuses
+    writes (NOREPLICAS), so nothing is counted where the resync would lose it, and a client
+    at its limit is admitted no more; the new primary refuses them too until the old one,
+    demoted by Sentinel, has linked to it (about 10 s): meanwhile the fail mode answers."""
+    from asgiref.sync import sync_to_async
+
+    from django_throttle import acheck_key, check_key
+
+    with SentinelGroup(service_name=f"svc{next(_groups)}", min_replicas_to_write=1) as group:
+        throttle_settings(settings, sentinel_cache(group))  # RULES_REFRESH: one hour
+        # Every decision from the store: none from the block cache's memory of a rejection.
+        settings.DJANGO_THROTTLE = {**settings.DJANGO_THROTTLE, "BLOCK_CACHE": False}
+        rule("fenced", "fenced", 5, unit="hour", fail_mode="closed", algorithm="fixed_window")
+        old = group.master()
+        deadline = time.monotonic() + 60
+
+        def settled() -> bool:
+            assert time.monotonic() < deadline, "the old primary not demoted and linked"
+            new = group.master()
+            return new is not old and demoted(old) and not refuses_writes(new.port)
+
+        async def adecide() -> Any:
+            return await acheck_key("fenced", "acme")
+
+        async def abody() -> tuple[list[Any], list[Any], list[Any]]:
+            # One loop throughout, so its store (and its connections) lives through it.
+            before = [await adecide() for _ in range(3)]
+            await sync_to_async(group.failover)()
+            during = []
+            while not await sync_to_async(settled)():
+                during.append(await adecide())
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(INTERVAL + 0.1)  # the breaker's last refusal behind
+            return before, during, [await adecide() for _ in range(3)]
+
+        def body() -> tuple[list[Any], list[Any], list[Any]]:
+            before = [check_key("fenced", "acme") for _ in range(3)]
+            group.failover()
+            during = []
+            while not settled():
+                during.append(check_key("fenced", "acme"))
+                time.sleep(0.05)
+            time.sleep(INTERVAL + 0.1)  # the breaker's last refusal behind
+            return before, during, [check_key("fenced", "acme") for _ in range(3)]
+
+        before, during, after = run(abody) if asgi else body()
+        on_new = counted(group.master())
+    assert sum(d.allowed for d in before + during + after) == 5  # the limit, not more
+    assert on_new == 5
+    assert [d.allowed for d in before] == [True] * 3
+    assert during and all(not d.allowed and d.unavailable for d in during)
+    assert [d.allowed for d in after] == [True, True, False]
+    assert not after[-1].unavailable
