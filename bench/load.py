@@ -25,7 +25,6 @@ from typing import Any
 
 import harness
 from harness import HOST
-from redis.exceptions import ResponseError
 
 from tests.redis_topology import ClusterHarness, SentinelGroup, admin
 
@@ -265,19 +264,8 @@ def script_flush(redis: harness.RedisServer, port: int, until: float) -> None:
         client.script_flush()
 
 
-def sentinel_failover(group: SentinelGroup, port: int, until: float) -> str:
-    """SENTINEL FAILOVER; until the new primary takes a write (with min-replicas-to-write, it
-    refuses them until a replica, the old primary once demoted, has linked to it)."""
-    started = time.perf_counter()
-    _, new = group.failover()
-    with admin(new) as client:
-        while time.perf_counter() < until:
-            try:
-                client.set("bench:fence", 1)
-                break
-            except ResponseError:  # NOREPLICAS
-                time.sleep(0.05)
-    return f"new primary's first write {time.perf_counter() - started:.1f} s after the command"
+def sentinel_failover(group: SentinelGroup, port: int, until: float) -> None:
+    group.failover()
 
 
 def cluster_failover(cluster: ClusterHarness, port: int, until: float) -> None:
@@ -424,14 +412,12 @@ FAULTS = {
 
 
 @contextlib.contextmanager
-def topology(
-    kind: str, plain: harness.RedisServer, fence: int = 0
-) -> Iterator[tuple[Any, dict[str, Any]]]:
+def topology(kind: str, plain: harness.RedisServer) -> Iterator[tuple[Any, dict[str, Any]]]:
     """The topology's object (what a fault hits) and the settings that reach it."""
     if kind == "single":
         yield plain, {}
     elif kind == "sentinel":
-        with SentinelGroup(min_replicas_to_write=fence) as group:
+        with SentinelGroup() as group:
             factory = "django_redis.pool.SentinelConnectionFactory"
             options = {"CONNECTION_FACTORY": factory, "SENTINELS": group.sentinels}
             cache = {"BACKEND": "django_redis.cache.RedisCache", "OPTIONS": options}
@@ -533,7 +519,7 @@ def suite(args: argparse.Namespace) -> int:
             mine = [(n, s) for n, s in runs if FAULTS[n].topology == kind]
             if not mine:
                 continue
-            with topology(kind, plain, args.min_replicas_to_write) as (topo, conf):
+            with topology(kind, plain) as (topo, conf):
                 rules = SUITE_RULES.format(limit=SUITE_LIMIT)
                 env = project(workdir, f"bench_load_{kind}", plain.url, rules, **conf)
                 for name, server in mine:
@@ -571,10 +557,6 @@ def main() -> int:
         help="--faults: these only, of " + ", ".join(FAULTS),
     )  # fmt: skip
     p.add_argument("--servers", nargs="+", choices=SERVERS, default=SERVERS)
-    p.add_argument(
-        "--min-replicas-to-write", type=int, default=0, metavar="N",
-        help="--faults: the Sentinel group's data nodes refuse writes with fewer replicas (0)",
-    )  # fmt: skip
     args = p.parse_args()
     signal.signal(signal.SIGTERM, lambda signum, _: sys.exit(128 + signum))  # run the finally
     if args.faults:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import ipaddress
 import time
 from typing import Any
@@ -13,14 +14,7 @@ import harness
 urlpatterns: list[Any] = []  # this module is the ROOT_URLCONF
 SIZES = (10_000, 100_000)
 # Disjoint client ranges, one per case: a "new" client is never one the caches saw.
-PREFIXES = ("198.18", "198.19", "198.20", "198.21", "198.22", "198.23")
-
-
-def urls() -> None:
-    from django.urls import path
-
-    plain = harness.plain_view()
-    urlpatterns[:] = [path("<slug:case>/", lambda request, case: plain(request))]  # one resolve
+PREFIXES = tuple(f"198.{n}" for n in range(18, 25))
 
 
 def networks(count: int) -> list[str]:
@@ -41,13 +35,14 @@ def check_cases(known: bool, calls: int) -> list[harness.Case]:
     factory = RequestFactory()
     cases = []
     for i, size in enumerate((0, *SIZES)):
+        listed = network_set("\n".join(networks(size)), 64)
         rule = build_rule(
             id=i + 1,
             name=f"n{size}",
             algorithm="fixed_window",
             limit=10**9,
             period=3600,
-            exempt_networks=network_set("\n".join(networks(size)), 64),
+            exempt_networks=listed,
         )
         clients = harness.addresses(8 if known else calls, PREFIXES[i])
         requests = [factory.get("/", REMOTE_ADDR=a) for a in clients]
@@ -55,26 +50,18 @@ def check_cases(known: bool, calls: int) -> list[harness.Case]:
         def op(request: Any, rule: Any = rule) -> None:
             assert counts(rule, request, client_ip(request, 0, 64))
 
-        cases.append(
-            harness.Case(
-                f"{size:,} networks" if size else "none",
-                op,
-                lambda j, requests=requests: requests[j % len(requests)],
-            )
-        )
+        name = f"{size:,} networks" if size else "none"
+        cases.append(harness.Case(name, op, lambda j, r=requests: r[j % len(r)]))
     return cases
 
 
-def request_cases(app: Any) -> list[harness.Case]:
-    """A GET through Django and the middleware from a known client, on a rule without networks
-    and on rules with each size."""
-    return [
-        harness.request_case(f"{size:,} networks" if size else "none", app, path, n=8)
-        for size, path in ((0, "/none/"), *((n, f"/n{n}/") for n in SIZES))
-    ]
+def timed(cases: list[harness.Case], calls: int) -> list[harness.Case]:
+    harness.interleaved(cases, rounds=4, per_round=calls // 4, warmup=200)
+    return cases
 
 
 def show(cases: list[harness.Case]) -> list[tuple[str, str, str]]:
+    """Each case's median and, after the first, its difference to the first's."""
     base = cases[0].median_us
     return [
         (c.name, f"{c.median_us:.2f}", f"{c.median_us - base:+.2f}" if c is not cases[0] else "")
@@ -82,20 +69,10 @@ def show(cases: list[harness.Case]) -> list[tuple[str, str, str]]:
     ]
 
 
-def change_throttle(**values: Any) -> None:
-    """DJANGO_THROTTLE changed through override_settings (setting_changed sent), so the package
-    builds again what it made from the settings."""
-    from django.conf import settings
-    from django.test import override_settings
-
-    override_settings(DJANGO_THROTTLE={**settings.DJANGO_THROTTLE, **values}).enable()
-
-
 def ban_cases(calls: int) -> list[harness.Case]:
-    """ThrottleMiddleware's begin() alone, and begin() then the ban check, for a client not
-    banned, 10,000 bans in force (4,000 addresses, 4,000 networks, 1,000 users and 1,000 API
-    keys): the same few clients, and a new one at each call, each anonymous with an API key.
-    The difference is what the bans cost such a client."""
+    """begin() alone, then begin() and enforce_bans(), for a client not banned (anonymous, with
+    an API key), 10,000 bans in force (4,000 addresses, 4,000 networks, 1,000 users, 1,000 API
+    keys): a known client, then a new one at each call (disjoint addresses per case)."""
     from django.contrib.auth.models import AnonymousUser
     from django.test import RequestFactory
 
@@ -103,9 +80,7 @@ def ban_cases(calls: int) -> list[harness.Case]:
     from django_throttle.models import Ban, Rule
     from django_throttle.rules import get_rules, rule_cache
 
-    Rule.objects.create(
-        name="keys", scope="/api/", limit=10**9, unit="hour", key_kind="header", key_arg="X-Api-Key"
-    )
+    Rule.objects.create(name="keys", scope="/api/", limit=1, key_kind="header", key_arg="X-Api-Key")
     Ban.objects.bulk_create(
         [Ban(key=f"ip:{n}") for n in networks(4_000)]
         + [Ban(key=f"ip:101.{i // 256 % 256}.{i % 256}.1") for i in range(4_000)]
@@ -113,32 +88,24 @@ def ban_cases(calls: int) -> list[harness.Case]:
         + [Ban(key=f"header:banned-{i}") for i in range(1_000)]
     )
     rule_cache().invalidate()
-    bans = get_rules().bans
-    assert bans is not None and len(bans) == 10_000
-    assert bans.current(time.time()).header_keys == ("HTTP_X_API_KEY",)
+    assert len(get_rules().bans or ()) == 10_000
 
     def request(address: str) -> Any:
         made = RequestFactory().get("/", REMOTE_ADDR=address, HTTP_X_API_KEY=f"key-{address}")
         made.user = AnonymousUser()
         return made
 
-    def began(request: Any) -> None:
-        begin(request, in_thread=False)
+    began = functools.partial(begin, in_thread=False)
 
     def checked(request: Any) -> None:
-        begin(request, in_thread=False)
+        began(request)
         assert enforce_bans(request) is None
 
     cases = []
-    # The two cases of a kind of client take disjoint addresses: neither finds one the other
-    # left in a cache.
-    kinds = (("a known client", 8, PREFIXES[:2]), ("a client never seen", calls, PREFIXES[2:4]))
-    for name, count, prefixes in kinds:
-        for (step, op), prefix in zip(
-            (("begin()", began), ("begin() + enforce_bans()", checked)), prefixes, strict=True
-        ):
-            requests = [request(a) for a in harness.addresses(count, prefix)]
-            cases.append(harness.Case(f"{name}: {step}", op, lambda j, r=requests: r[j % len(r)]))
+    for n, (who, count) in enumerate((("a known client", 8), ("a client never seen", calls))):
+        for m, (step, op) in enumerate((("begin()", began), ("+ enforce_bans()", checked))):
+            requests = [request(a) for a in harness.addresses(count, PREFIXES[3 + 2 * n + m])]
+            cases.append(harness.Case(f"{who}: {step}", op, lambda j, r=requests: r[j % len(r)]))
     return cases
 
 
@@ -153,35 +120,31 @@ def network_cases(calls: int) -> None:
     network_set("\n".join(networks(SIZES[-1])), 64)
     built = time.perf_counter() - started
     for size in (0, *SIZES):
+        listed = "\n".join(networks(size))
         Rule.objects.create(
-            name=f"n{size}",
-            scope=f"/n{size}/" if size else "/none/",
-            limit=10**9,
-            unit="hour",
-            exempt_networks="\n".join(networks(size)),
+            name=f"n{size}", scope=f"/n{size}/", limit=10**9, exempt_networks=listed
         )
-    print(
-        f"\nBuilding the set of {SIZES[-1]:,} networks (once, when the rules load): "
-        f"{built * 1000:.0f} ms"
-    )
+    print(f"\nBuilding the set of {SIZES[-1]:,} networks (once, as rules load): {built:.3f} s")
     columns = ("exempt networks", "µs (median)", "over none")
     for known in (True, False):
-        cases = check_cases(known, calls + 200)
-        harness.interleaved(cases, rounds=4, per_round=calls // 4, warmup=200)
+        cases = timed(check_cases(known, calls + 200), calls)
         who = "a known client" if known else "a client never seen (each call)"
         print(f"\n## audience.counts() of one rule, {who}\n")
         harness.table(columns, show(cases))
-    cases = request_cases(WSGIHandler())
-    harness.interleaved(cases, rounds=4, per_round=calls // 4, warmup=200)
+    app = WSGIHandler()  # a GET through Django and the middleware, each rule's path
+    cases = [harness.request_case(f"{n:,} networks", app, f"/n{n}/", n=8) for n in (0, *SIZES)]
+    timed(cases, calls)
     print("\n## A GET through Django's WSGI handler and the middleware, a known client\n")
     harness.table(columns, show(cases))
-    change_throttle(EXEMPT_NETWORKS=networks(SIZES[-1]))
-    cases = check_cases(False, calls + 200)[-1:]
-    harness.interleaved(cases, rounds=4, per_round=calls // 4, warmup=200)
-    print(
-        f"\n## The same rule under EXEMPT_NETWORKS of {SIZES[-1]:,} too, a client never "
-        f"seen: {cases[0].median_us:.2f} µs\n"
-    )
+    from django.conf import settings
+    from django.test import override_settings
+
+    # Changed through override_settings (setting_changed sent): the package builds it again.
+    throttle = {**settings.DJANGO_THROTTLE, "EXEMPT_NETWORKS": networks(SIZES[-1])}
+    override_settings(DJANGO_THROTTLE=throttle).enable()
+    cases = timed(check_cases(False, calls + 200)[-1:], calls)
+    last = f"The same rule under EXEMPT_NETWORKS of {SIZES[-1]:,} too, a client never seen"
+    print(f"\n## {last}: {cases[0].median_us:.2f} µs\n")
 
 
 def main() -> None:
@@ -194,27 +157,20 @@ def main() -> None:
         harness.configure_site(
             server.url, __name__, database="file:networks?mode=memory&cache=shared"
         )
-        urls()
         from django.conf import settings
+        from django.urls import path
+
+        plain = harness.plain_view()
+        urlpatterns[:] = [path("<slug:case>/", lambda request, case: plain(request))]  # 1 resolve
 
         settings.MIDDLEWARE = [harness.THROTTLE]  # the middleware alone
 
         harness.print_machine()
         if not options.bans:
             network_cases(options.calls)
-        cases = ban_cases(options.calls + 200)
-        harness.interleaved(cases, rounds=4, per_round=options.calls // 4, warmup=200)
+        cases = timed(ban_cases(options.calls + 200), options.calls)
         print("## A client not banned, 10,000 bans: begin() alone and with the ban check\n")
-        rows = []
-        for alone, checked in zip(cases[::2], cases[1::2], strict=True):
-            rows.append((alone.name, f"{alone.median_us:.2f}", ""))
-            rows.append(
-                (
-                    checked.name,
-                    f"{checked.median_us:.2f}",
-                    f"{checked.median_us - alone.median_us:+.2f}",
-                )
-            )
+        rows = [*show(cases[:2]), *show(cases[2:])]
         harness.table(("client: step", "µs (median)", "the ban check"), rows)
 
 
