@@ -53,6 +53,7 @@ def viewer(django_user_model: Any) -> Client:
         "django_throttle.view_dashboard",
         "django_throttle.view_rule",
         "django_throttle.view_override",
+        "django_throttle.view_ban",
     )
 
 
@@ -126,7 +127,7 @@ def test_an_action_with_a_bad_number_is_a_form_error(
 
 
 @pytest.mark.parametrize("bad", BAD_IDS)
-@pytest.mark.parametrize("model", ["rule", "override"])
+@pytest.mark.parametrize("model", ["rule", "override", "ban"])
 @pytest.mark.parametrize("page", ["change/", "history/", "delete/"])
 def test_object_pages_with_a_bad_id(
     viewer: Client, boss: Client, bad: str, model: str, page: str

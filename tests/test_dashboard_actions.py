@@ -485,6 +485,21 @@ def test_a_block_outlives_an_algorithm_or_limit_change_but_not_a_rename(
     assert not blocked()
 
 
+def test_a_block_ends_with_its_rule_deleted(
+    backend: str, django_capture_on_commit_callbacks: Any
+) -> None:
+    """A rule deleted and made again under the same name is a new rule: the block of the old
+    one does not reject its clients."""
+    login = rule("login", "login", 1, unit="hour", algorithm="fixed_window", block_seconds=60)
+    assert [check_key("login", CLIENT).allowed for _ in range(2)] == [True, False]
+    assert check_key("login", CLIENT, dry_run=True).results[0].blocked
+    with django_capture_on_commit_callbacks(execute=True):
+        login.delete()
+    rule("login", "login", 5, unit="hour", algorithm="fixed_window", block_seconds=60)
+    [result] = check_key("login", CLIENT, dry_run=True).results
+    assert result.allowed and not result.blocked
+
+
 def test_a_message_ends_in_one_full_stop_when_the_time_has_its_own(
     admin_client: Any, settings: Any
 ) -> None:

@@ -49,14 +49,16 @@ DEMO_RULES = [
         "algorithm": "fixed_window",
     },
     {
-        "name": "login-failures",
+        "name": "login-failures",  # docs/usage.md's login lockout
         "scope": "login",
         "methods": "POST",
         "key_kind": "ip",
         "limit": 5,
+        "per": 15,
         "unit": "minute",
         "algorithm": "sliding_window_log",
         "count_statuses": "401",
+        "block_seconds": 3600,
         "fail_mode": "closed",
     },
     {
