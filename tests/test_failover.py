@@ -500,6 +500,7 @@ def test_with_min_replicas_to_write_a_sentinel_failover_loses_no_count(
     assert sum(d.allowed for d in before + during + after) == 5  # the limit, not more
     assert on_new == 5
     assert [d.allowed for d in before] == [True] * 3
-    assert during and all(not d.allowed and d.unavailable for d in during)
-    assert [d.allowed for d in after] == [True, True, False]
-    assert not after[-1].unavailable
+    # The switch answered by the fail mode (a decision made in the moment between the new
+    # primary taking writes and settled() seeing it may be admitted, and counted there).
+    assert during and during[0].unavailable and all(d.allowed or d.unavailable for d in during)
+    assert not after[-1].allowed and not after[-1].unavailable  # the new primary's count
