@@ -80,7 +80,8 @@ def windowed(request):
     return HttpResponse("windowed")
 
 
-# -- attempts counted before they happen: the login-lockout recipe of docs/usage.md ---------
+# -- attempts counted before they happen: the pattern of the docs' accounts/views.py, with a
+# count of the attempts that reach authenticate() for the race (the recipe: test_recipes.py)
 
 AUTHENTICATE_CALLS = [0]  # how many attempts reached authenticate(), for the lockout race
 _calls_lock = threading.Lock()
