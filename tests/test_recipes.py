@@ -15,13 +15,10 @@ import pytest
 from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.test import Client, RequestFactory
-from django.urls import path
 
 from django_throttle import check_key
 from django_throttle.models import Ban, Override, Rule
 from tests.helpers import rule
-from tests.recipes.chat_site.chat.views import complete
-from tests.recipes.login_site.accounts.views import login_view
 
 ROOT = Path(__file__).resolve().parent.parent
 USAGE = ROOT / "docs" / "usage.md"
@@ -169,16 +166,13 @@ def test_five_wrong_passwords_lock_the_client_out_for_an_hour(site: Client) -> N
 
 # -- the login lockout counted in the view: accounts/views.py --------------------------------
 
-# The routes the prose gives: path("login/", views.login_view), path("chat/", views.complete).
-urlpatterns = [path("login/", login_view), path("chat/", complete)]
-
 
 @pytest.fixture
 def view_site(settings: Any) -> Client:
     """The view of the recipe, its template from the app ``accounts``, and the rule it names:
     "failed-login", 5 per 15 minutes per address."""
     settings.INSTALLED_APPS = [*settings.INSTALLED_APPS, "tests.recipes.login_site.accounts"]
-    settings.ROOT_URLCONF = __name__
+    settings.ROOT_URLCONF = "tests.recipes.urls"
     rule("failed-login", "failed-login", 5, per=15, algorithm="sliding_window_log")
     User.objects.create_user("alice", password="right horse")
     return Client(REMOTE_ADDR="203.0.113.8")
@@ -207,7 +201,7 @@ def test_the_view_counts_each_attempt_and_gives_a_right_password_back(view_site:
 def test_a_completion_is_charged_the_tokens_it_streamed(
     settings: Any, throttle_middleware: None
 ) -> None:
-    settings.ROOT_URLCONF = __name__
+    settings.ROOT_URLCONF = "tests.recipes.urls"
     rule("chat-tokens", "/chat/", 10, key_kind="user", unit="day", algorithm="fixed_window")
     user = User.objects.create_user("bob")
     client = Client()
