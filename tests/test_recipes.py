@@ -89,8 +89,7 @@ FRAGMENTS = {
         "settings and a DRF view's attribute (test_status.py, test_spectacular.py run DRF)"
     ),
     "SPECTACULAR_SETTINGS = {": "settings, run below",
-    "# settings.py": "django-prometheus's INSTALLED_APPS entry (not a dependency of the tests)",
-    "# urls.py": "django-prometheus's URLs (not a dependency of the tests)",
+    "# settings.py": "django-prometheus's settings and URLs (not a dependency of the tests)",
     "scrape_configs:": "Prometheus's configuration, not Django's",
 }
 
@@ -109,6 +108,7 @@ def first_line(text: str) -> str:
 
 def test_every_block_is_a_file_the_tests_run_or_a_listed_fragment() -> None:
     seen: dict[str, int] = {}
+    fragments_seen = set()
     for _, text in blocks():
         head = first_line(text)
         if head in FILES:
@@ -116,7 +116,9 @@ def test_every_block_is_a_file_the_tests_run_or_a_listed_fragment() -> None:
             seen[head] = seen.get(head, 0) + 1
         else:
             assert head in FRAGMENTS, f"a block neither tied to a file nor a fragment: {head}"
+            fragments_seen.add(head)
     assert seen == dict.fromkeys(FILES, 1)  # each file is one block, once
+    assert fragments_seen == set(FRAGMENTS)  # no fragment listed that the docs lost
 
 
 def fragments(head: str) -> list[str]:
@@ -271,9 +273,19 @@ def test_the_rule_file_imports_as_written() -> None:
 
 
 def test_the_decorators_uses_apply() -> None:
+    from django_throttle.rules.defaults import Registry
+    from django_throttle.runtime import runtime
+
     (code,) = fragments("from django.utils.decorators import method_decorator")
+    registry = runtime().part(Registry)
+    before = {scope: list(defaults) for scope, defaults in registry.defaults.items()}
     views: dict[str, Any] = {}
-    exec(code, views)  # a bad rate, cost or count_statuses raises here, as the docs say
+    try:
+        exec(code, views)  # a bad rate, cost or count_statuses raises here, as the docs say
+        assert [d.key for d in registry.defaults["search"]] == ["user_or_ip"]
+    finally:  # code defaults outlive a test: the block's must not meet the next ones
+        with registry.lock:
+            registry.defaults = before
     assert {"login_view", "search", "export", "upload", "report", "login", "Orders"} <= set(views)
 
 
