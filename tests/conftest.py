@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -100,3 +103,41 @@ def store_calls(monkeypatch: pytest.MonkeyPatch) -> StoreCalls:
     monkeypatch.setattr(RedisStore, "decide", counted)
     monkeypatch.setattr(RedisStore, "refund", counted_refund)
     return calls
+
+
+class PartnerAPI:
+    """A partner's order API on a local port, for the Celery recipes' orders/partners.py: the
+    orders it received, as (partner, order id), and the status it answers with."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.orders: list[tuple[str, int]] = []
+        self.status = 201
+
+
+@pytest.fixture
+def partner_api(settings: Any) -> Iterator[PartnerAPI]:
+    """The partner's API, served from a thread; PARTNER_API_URL (the recipe's setting) points
+    at it."""
+    api = PartnerAPI()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            order = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["order"]
+            with api.lock:
+                api.orders.append((self.path.strip("/").split("/")[0], order))
+            self.send_response(api.status)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass  # the test reads api.orders, not a log on stderr
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    settings.PARTNER_API_URL = f"http://127.0.0.1:{server.server_address[1]}"
+    yield api
+    server.shutdown()
+    server.server_close()
+    thread.join()

@@ -5,13 +5,10 @@ never hold a worker slot; a store outage follows the rule's fail mode."""
 from __future__ import annotations
 
 import gc
-import json
 import logging
-import re
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,7 +20,8 @@ from celery.signals import task_retry
 from django_throttle import check_key
 from django_throttle.contrib.celery import countdown, throttle_task
 from django_throttle.decision import Decision
-from tests.celery_orders import partners
+from django_throttle.models import Rule
+from tests.conftest import PartnerAPI
 from tests.helpers import rule
 from tests.redis_server import RedisServer
 
@@ -34,7 +32,6 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:Call to deprecated setex:DeprecationWarning"),
 ]
 
-ROOT = Path(__file__).resolve().parent.parent
 
 app = Celery("tests.test_celery")
 app.conf.update(
@@ -154,15 +151,9 @@ def wait_for(predicate: Any, timeout: float) -> None:
 # -- the example of docs/usage.md ------------------------------------------------------------
 
 
-def test_the_doc_example_is_the_module_the_tests_run() -> None:
-    usage = (ROOT / "docs" / "usage.md").read_text()
-    blocks = re.findall(r"```python\n(# orders/tasks\.py\n.*?)```", usage, re.S)
-    assert blocks == [(ROOT / "tests" / "celery_orders" / "tasks.py").read_text()]
-
-
 def test_sixteen_parallel_tasks_run_at_most_five_a_second_and_none_is_lost(
     broker: RedisServer,
-    redis_client: Any,
+    partner_api: PartnerAPI,
     deferrals: list[tuple[str, float]],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -186,8 +177,7 @@ def test_sixteen_parallel_tasks_run_at_most_five_a_second_and_none_is_lost(
         for result in results:
             assert result.get(timeout=20) is None
         assert {result.state for result in results} == {"SUCCESS"}
-    calls = [json.loads(call) for call in redis_client.lrange(partners.CALLS, 0, -1)]
-    assert sorted(order for _, order, _ in calls) == list(range(16))  # each once, none lost
+    assert sorted(partner_api.orders) == [("acme", n) for n in range(16)]  # each once
     # Any 6 admitted runs span a second or more of the store's clock: never 6 in a second.
     times = sorted(admitted)
     assert len(times) == 16
@@ -196,6 +186,37 @@ def test_sixteen_parallel_tasks_run_at_most_five_a_second_and_none_is_lost(
     assert deferrals  # (how many depends on how fast the worker takes the 16)
     # A deferred run keeps its task id: the result of the first call is the task's.
     assert {task_id for task_id, _ in deferrals} <= {result.id for result in results}
+
+
+def test_the_acquire_example_waits_for_a_turn_or_retries_later(partner_api: PartnerAPI) -> None:
+    """orders/tasks.py of "Limits without a request", called as a worker calls its body."""
+    from tests.celery_orders.acquire_tasks import push_order
+
+    rule("partner-api", "partner-api", 1, unit="second", algorithm="sliding_window_log")
+    push_order(1, "acme")
+    push_order(2, "acme")  # waits in acquire() for the second's turn, well within 2 s
+    assert partner_api.orders == [("acme", 1), ("acme", 2)]
+    Rule.objects.filter(name="partner-api").update(unit="minute")
+    with pytest.raises(Retry):  # no turn within 2 s: back to the queue, nothing sent
+        push_order(3, "acme")
+    assert partner_api.orders == [("acme", 1), ("acme", 2)]
+
+
+def test_the_partners_busy_answer_is_partner_busy(partner_api: PartnerAPI) -> None:
+    from tests.celery_orders.partners import PartnerBusy, send_order
+
+    partner_api.status = 503
+    with pytest.raises(PartnerBusy):
+        send_order("acme", 7)
+
+
+def test_a_summary_made_in_a_task_is_charged_to_its_user() -> None:
+    """chat/tasks.py of "Costs known after the response": the stand-in model's tokens."""
+    from tests.recipes.chat_site.chat.tasks import summarize
+
+    rule("chat-tokens", "/chat/", 10, key_kind="user", unit="day", algorithm="fixed_window")
+    assert summarize(42, "the long report") == "Summarize: the long report"
+    assert check_key("/chat/", "user:42", dry_run=True).remaining == 10 - 4  # 4 words
 
 
 # -- deferral: retries, jitter, no worker slot -----------------------------------------------

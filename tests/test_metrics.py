@@ -13,16 +13,16 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
-from django.http import HttpRequest, HttpResponse
 from django.test import override_settings
 from django.urls import include, path
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 
 from django_throttle import metrics
 from django_throttle.checks import check_settings
 from tests.helpers import rule, run
+from tests.recipes.metrics_site.urls import metrics as metrics_view
 from tests.redis_server import RedisServer
 from tests.traffic import wait_until
 
@@ -56,12 +56,8 @@ def snapshot() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     }
 
 
-def exposition(request: HttpRequest) -> HttpResponse:
-    """The scrape view of docs/usage.md for plain prometheus_client."""
-    return HttpResponse(generate_latest(REGISTRY), content_type=CONTENT_TYPE_LATEST)
-
-
-urlpatterns = [path("metrics/", exposition), path("", include("tests.urls"))]
+# The scrape view of docs/usage.md for plain prometheus_client, beside the test project's URLs.
+urlpatterns = [path("metrics/", metrics_view), path("", include("tests.urls"))]
 
 
 @pytest.fixture
@@ -234,6 +230,22 @@ def test_metrics_are_served_from_the_default_registry(client: Any) -> None:
         assert families[name].type == "counter"
     samples = {(s.name, tuple(sorted(s.labels.items()))) for s in families[DECISIONS[:-6]].samples}
     assert (DECISIONS, (("outcome", "allowed"), ("rule", "everything"))) in samples
+
+
+@pytest.mark.urls("tests.recipes.metrics_site.urls")
+def test_the_docs_urls_serve_the_metrics_at_their_path(client: Any) -> None:
+    rule("scraped", "*", 100)
+    first = client.get("/metrics")  # decided by the middleware before the view renders
+    assert first.status_code == 200 and first["Content-Type"] == CONTENT_TYPE_LATEST
+    second = client.get("/metrics")
+    counted = [
+        sample.value
+        for response in (first, second)
+        for family in text_string_to_metric_families(response.content.decode())
+        for sample in family.samples
+        if sample.name == DECISIONS and sample.labels == {"rule": "scraped", "outcome": "allowed"}
+    ]
+    assert counted == [1.0, 2.0]
 
 
 def test_settings_changes_never_register_the_metrics_twice(configure: Any, client: Any) -> None:

@@ -298,3 +298,32 @@ def test_the_status_endpoint_lists_a_ninja_operation_s_rule_throttles() -> None:
     client.get("/items")
     (api_level,) = Client().get("/throttle/status/", {"path": "/ninja/items"}).json()["rules"]
     assert (api_level["limit"], api_level["remaining"]) == (2, 1)
+
+
+# -- the example of docs/usage.md ---------------------------------------------------------------
+
+
+@pytest.mark.urls("tests.recipes.ninja_site.urls")
+def test_the_docs_api_throttles_operations_and_routers_and_documents_its_limits(
+    client: Any,
+) -> None:
+    from tests.recipes.ninja_site.api import api as docs_api
+
+    rule("orders", "orders", 1, algorithm="fixed_window")
+    rule("reports", "reports", 2, algorithm="fixed_window")
+    rule("api", "api", 1, algorithm="fixed_window")  # replaced where a throttle is closer
+    rule("search", "/api/search", 2, algorithm="fixed_window")  # RuleThrottle(): its path's
+    assert codes(client, "/api/orders", 2) == [200, 429]
+    assert client.get("/api/orders", HTTP_ACCEPT="application/json").json()["retry_after"] >= 1
+    assert codes(client, "/api/reports/daily", 3) == [200, 200, 429]
+    assert codes(client, "/api/search?q=cats", 3) == [200, 200, 429]
+    paths = docs_api.get_openapi_schema()["paths"]
+    limits = {
+        path: [limit["name"] for limit in operation["get"]["x-ratelimit"]]
+        for path, operation in paths.items()
+    }
+    assert limits == {
+        "/api/orders": ["orders"],
+        "/api/search": ["search"],
+        "/api/reports/daily": ["reports"],
+    }

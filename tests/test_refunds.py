@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.contrib.auth.signals import user_login_failed
 from django.db import connection
 from django.test import Client, RequestFactory
 
 from django_throttle import check, check_key, refund, refund_key
 from django_throttle.models import Rejection
 from django_throttle.rejection_log import flush
-from tests import views
 from tests.engine_helpers import ALGORITHMS
 from tests.helpers import rule
 
@@ -83,28 +83,45 @@ def test_a_rejected_check_took_nothing_to_give_back(backend: str) -> None:
     assert remaining("attempts") == 0
 
 
-# -- the lockout recipe ---------------------------------------------------------------------
+# -- the lockout recipe: accounts/views.py of docs/usage.md --------------------------------
+
+
+class Authentications:
+    """Attempts that reached authenticate() and failed (Django's user_login_failed signal)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.failed = 0
+
+    def __call__(self, **_: Any) -> None:
+        with self.lock:
+            self.failed += 1
 
 
 @pytest.fixture
-def lockout(django_capture_on_commit_callbacks: Any) -> Iterator[User]:
-    views.AUTHENTICATE_CALLS[0] = 0
-    user = User.objects.create_user("ann", password="right")
-    yield user
+def lockout(settings: Any) -> Iterator[Authentications]:
+    """The recipe's view at /login/, its template's app installed, a user who may log in."""
+    settings.INSTALLED_APPS = [*settings.INSTALLED_APPS, "tests.recipes.login_site.accounts"]
+    settings.ROOT_URLCONF = "tests.recipes.urls"
+    User.objects.create_user("ann", password="right")
+    failed = Authentications()
+    user_login_failed.connect(failed, weak=False)
+    yield failed
+    user_login_failed.disconnect(failed)
 
 
 def post_login(password: str) -> int:
     client = Client(REMOTE_ADDR=ADDRESS)
-    return client.post("/lockout/", {"username": "ann", "password": password}).status_code
+    return client.post("/login/", {"username": "ann", "password": password}).status_code
 
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_twenty_parallel_wrong_passwords_let_exactly_five_reach_authenticate(
-    lockout: User, algorithm: str
+    lockout: Authentications, algorithm: str
 ) -> None:
-    rule("lockout", "lockout", 5, per=15, unit="minute", algorithm=algorithm)
-    check(attempt(), "lockout", dry_run=True)  # rules loaded before the threads start
+    rule("failed-login", "failed-login", 5, per=15, unit="minute", algorithm=algorithm)
+    check(attempt(), "failed-login", dry_run=True)  # rules loaded before the threads start
     barrier = threading.Barrier(20)
     statuses: list[int] = []
 
@@ -120,21 +137,21 @@ def test_twenty_parallel_wrong_passwords_let_exactly_five_reach_authenticate(
         thread.start()
     for thread in threads:
         thread.join()
-    assert views.AUTHENTICATE_CALLS[0] == 5
+    assert lockout.failed == 5
     assert sorted(statuses) == [401] * 5 + [429] * 15
     # The lockout's rejections are on the dashboard.
     flush()
-    counted = Rejection.objects.filter(rule="lockout").values_list("count", flat=True)
+    counted = Rejection.objects.filter(rule="failed-login").values_list("count", flat=True)
     assert sum(counted) == 15
 
 
-def test_the_right_password_does_not_use_up_an_attempt(lockout: User) -> None:
-    rule("lockout", "lockout", 5, per=15, unit="minute", algorithm="sliding_window_log")
+def test_the_right_password_does_not_use_up_an_attempt(lockout: Authentications) -> None:
+    rule("failed-login", "failed-login", 5, per=15, unit="minute", algorithm="sliding_window_log")
     assert [post_login("wrong") for _ in range(4)] == [401] * 4
-    assert post_login("right") == 200  # counted, then given back
+    assert post_login("right") == 302  # counted, then given back
     assert post_login("wrong") == 401  # the fifth attempt
     assert post_login("right") == 429  # locked out, whatever the password
-    assert views.AUTHENTICATE_CALLS[0] == 6
+    assert lockout.failed == 5
 
 
 def test_a_refund_gives_back_at_most_what_was_taken(backend: str) -> None:

@@ -172,3 +172,24 @@ def test_a_store_outage_on_a_fail_closed_rule_is_a_graphql_error_not_a_500(
     assert int(answer["Retry-After"]) == error["extensions"]["retry_after"]
     assert "RateLimit" not in answer  # an outage says nothing of the limit
     assert graphql_api.RESOLVED == ["me"]
+
+
+# -- the example of docs/usage.md ---------------------------------------------------------------
+
+
+@pytest.mark.urls("tests.recipes.graphql_site.urls")
+def test_the_docs_schema_counts_each_operation_by_its_cost() -> None:
+    rule("graphql", "graphql", 25, unit="minute", algorithm="fixed_window")
+    client = Client()
+    query = "{ users(first: 10) { id name } }"  # 1 + 10 x 2 = 21
+    first = post(client, "/graphql/", query)
+    assert first.status_code == 200
+    assert [user["id"] for user in json.loads(first.content)["data"]["users"]] == list(range(10))
+    second = post(client, "/graphql/", query)  # 21 + 21 > 25: no resolver runs
+    body = json.loads(second.content)
+    assert body["data"] is None and body["errors"][0]["extensions"]["code"] == "THROTTLED"
+    assert int(second["Retry-After"]) >= 1
+    third = post(client, "/graphql/", "{ users(first: 2) { id name } }")  # 21 + 5 > 25
+    assert json.loads(third.content)["data"] is None
+    fits = post(client, "/graphql/", "{ users(first: 1) { name } }")  # 21 + 2 fits
+    assert json.loads(fits.content)["data"] == {"users": [{"name": "user 0"}]}

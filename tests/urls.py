@@ -26,7 +26,6 @@ urlpatterns = [
     path("api/orders/", views.orders, name="api-orders"),
     path("checked/", views.checked, name="checked-page"),
     path("windowed/", views.windowed, name="windowed-page"),
-    path("lockout/", views.lockout_login, name="lockout-page"),
     path("inflight/held/", views.inflight_held, name="inflight-held"),
     path("inflight/streaming/", views.inflight_streaming, name="inflight-streaming"),
     path("inflight/raising/", views.inflight_raising, name="inflight-raising"),

@@ -4,12 +4,11 @@ import asyncio
 import threading
 import time
 
-from django.contrib.auth import authenticate
 from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
 from django.utils.decorators import method_decorator
 from django.views import View
 
-from django_throttle import check, refund, settle, throttle
+from django_throttle import check, settle, throttle
 
 
 def plain(request, **kwargs):
@@ -78,27 +77,6 @@ def custom_rejection(request, decision):
 @throttle("windowed", rate="2/15m")
 def windowed(request):
     return HttpResponse("windowed")
-
-
-# -- attempts counted before they happen: the login-lockout recipe of docs/usage.md ---------
-
-AUTHENTICATE_CALLS = [0]  # how many attempts reached authenticate(), for the lockout race
-_calls_lock = threading.Lock()
-
-
-def lockout_login(request):
-    decision = check(request, "lockout")  # counts this attempt before it is made
-    if not decision.allowed:
-        return HttpResponse("too many attempts", status=429)
-    with _calls_lock:
-        AUTHENTICATE_CALLS[0] += 1
-    user = authenticate(
-        request, username=request.POST.get("username"), password=request.POST.get("password")
-    )
-    if user is None:
-        return HttpResponse("wrong username or password", status=401)
-    refund(request, "lockout")  # the right password: this attempt does not count
-    return HttpResponse("welcome")
 
 
 # -- requests in flight (concurrency rules on /inflight/) ----------------------------------

@@ -1,1 +1,2 @@
-"""The Celery example of docs/usage.md ("Celery tasks"): tasks.py is the doc's code block."""
+"""The Celery examples of docs/usage.md: partners.py, tasks.py ("Celery tasks") and
+acquire_tasks.py ("Limits without a request") are the docs' code blocks."""

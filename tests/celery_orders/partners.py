@@ -1,24 +1,25 @@
-"""The partner's API of the Celery example, for the tests: a call is recorded in the store's
-Redis with the store's clock (TIME), so that the test can count calls per second."""
-
-from __future__ import annotations
-
+# orders/partners.py: the partner's API, posting an order as JSON
 import json
-import os
+from urllib.error import HTTPError
+from urllib.request import Request, urlopen
 
-import redis
-
-CALLS = "celery-example:calls"
+from django.conf import settings
 
 
 class PartnerBusy(Exception):
-    """The partner asked to come back later."""
+    """The partner answered 429 or 503: it asks us to come back later."""
 
 
-def send_order(partner: str, order_id: int) -> None:
-    client = redis.Redis.from_url(os.environ["REDIS_URL"])
+def send_order(partner, order_id):
+    request = Request(
+        f"{settings.PARTNER_API_URL}/{partner}/orders/",
+        data=json.dumps({"order": order_id}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     try:
-        seconds, micros = client.time()
-        client.rpush(CALLS, json.dumps([partner, order_id, seconds + micros / 1e6]))
-    finally:
-        client.close()
+        with urlopen(request, timeout=10):
+            pass
+    except HTTPError as error:
+        if error.code in (429, 503):
+            raise PartnerBusy(error.code) from error
+        raise
