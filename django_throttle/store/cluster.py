@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from binascii import crc_hqx
 from collections.abc import Iterator, Sequence
 from inspect import signature
@@ -20,6 +21,7 @@ from redis.exceptions import (
     NoPermissionError,
     NoScriptError,
     ResponseError,
+    SlotNotCoveredError,
     TryAgainError,
 )
 
@@ -58,12 +60,18 @@ logger = logging.getLogger("django_throttle")
 SLOTS = 16384
 # Redirections one script call follows: a failover takes one, a slot map in flux a few more.
 REDIRECTIONS = 5
+# When they do not settle (the nodes still disagree: gossip has not yet carried a failover to
+# all of them), the pauses before the slot map is read again and the call sent once more.
+SETTLE_PAUSES = (0.02, 0.04)
 PRIMARY, REPLICA = "primary", "replica"  # redis-py's server types of a node
 
 
 # Replies that send a call elsewhere: MOVED (an AskError), ASK, and CLUSTERDOWN from a node
 # that has not yet settled a failover.
 REDIRECTIONS_OF = (AskError, ClusterDownError)
+
+
+_UNSETTLED = object()  # _follow(): the redirections did not settle
 
 
 class Unsettled(TryAgainError):
@@ -252,6 +260,7 @@ class _Cluster:
     settling and of a refund, which each store drives with its own I/O."""
 
     _call: Any  # connections.call or acall: one command on a connection
+    _pause: Any  # time.sleep or asyncio.sleep
     _stacks: dict[str, Any]
 
     def __init__(self, client: Any) -> None:
@@ -314,6 +323,37 @@ class _Cluster:
         not a failure: ``Unsettled`` if they do not settle."""
         manager = self.client.nodes_manager
         redirecting = {node}  # the nodes that sent this call elsewhere
+        for pause in (0.0, *SETTLE_PAUSES):
+            if pause:
+                # Still unsettled: a moment for the cluster's gossip, then the slot's master
+                # as a map read now names it.
+                yield self._pause, (pause,)
+                yield self._refresh, ()
+                try:
+                    target = master_of(manager, slot)
+                except SlotNotCoveredError:
+                    continue
+                try:
+                    return (yield from self._script_on(target, sha, source, args, asking=False))
+                except REDIRECTIONS_OF as again:
+                    redirecting = {target.name}
+                    exc = again
+            result = yield from self._follow(exc, slot, sha, source, args, redirecting)
+            if result is not _UNSETTLED:
+                return result
+        raise untyped(Unsettled)(f"the cluster's redirections did not settle ({exc})") from exc
+
+    def _follow(
+        self,
+        exc: AskError | ClusterDownError,
+        slot: int,
+        sha: str,
+        source: str,
+        args: list[Any],
+        redirecting: set[str | None],
+    ) -> Steps[Any]:
+        """_redirected()'s redirections, at most REDIRECTIONS: the reply, or _UNSETTLED."""
+        manager = self.client.nodes_manager
         for _ in range(REDIRECTIONS):
             if isinstance(exc, ClusterDownError):
                 owner = yield from self._owner_elsewhere(slot, redirecting)
@@ -351,7 +391,7 @@ class _Cluster:
             except REDIRECTIONS_OF as again:
                 redirecting.add(target.name)
                 exc = again
-        raise untyped(Unsettled)(f"the cluster's redirections did not settle ({exc})") from exc
+        return _UNSETTLED
 
     def _script_on(
         self, node: Any, sha: str, source: str, args: list[Any], asking: bool
@@ -427,6 +467,7 @@ class ClusterStore(_Cluster):
     """Decisions on a Redis Cluster, through redis-py's RedisCluster for the slot map."""
 
     _call = staticmethod(call)
+    _pause = staticmethod(time.sleep)
     _stacks: dict[str, ConnectionStack]
 
     @classmethod
@@ -639,6 +680,7 @@ class AsyncClusterStore(_Cluster):
     """The same through redis.asyncio's RedisCluster; groups are awaited together."""
 
     _call = staticmethod(acall_any)
+    _pause = staticmethod(asyncio.sleep)
     _stacks: dict[str, AsyncStack]
 
     def __init__(self, client: Any) -> None:
