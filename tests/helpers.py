@@ -23,6 +23,13 @@ def room_in_the_minute() -> None:
     time.sleep(max(0.0, 10 - (60 - time.time() % 60)))
 
 
+def away_from_midnight() -> None:
+    """Every request of the test in one day window (UTC days, the rules' windows)."""
+    left = 86400 - time.time() % 86400
+    if left < 120:
+        time.sleep(left + 1)
+
+
 def statuses(client: Any, path: str, times: int, method: str = "get", **extra: Any) -> list[int]:
     """The status codes of `times` identical requests."""
     return [getattr(client, method)(path, **extra).status_code for _ in range(times)]

@@ -22,7 +22,7 @@ from django_throttle.contrib.celery import countdown, throttle_task
 from django_throttle.decision import Decision
 from django_throttle.models import Rule
 from tests.conftest import PartnerAPI
-from tests.helpers import rule
+from tests.helpers import away_from_midnight, rule
 from tests.redis_server import RedisServer
 
 pytestmark = [
@@ -215,6 +215,7 @@ def test_a_summary_made_in_a_task_is_charged_to_its_user() -> None:
     from tests.recipes.chat_site.chat.tasks import summarize
 
     rule("chat-tokens", "/chat/", 10, key_kind="user", unit="day", algorithm="fixed_window")
+    away_from_midnight()
     assert summarize(42, "the long report") == "Summarize: the long report"
     assert check_key("/chat/", "user:42", dry_run=True).remaining == 10 - 4  # 4 words
 

@@ -7,7 +7,6 @@ ones are run too. The tests of an optional extra's recipe are with that extra's 
 from __future__ import annotations
 
 import re
-import time
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from django.test import Client, RequestFactory
 
 from django_throttle import check_key
 from django_throttle.models import Ban, Override, Rule
-from tests.helpers import rule
+from tests.helpers import away_from_midnight, rule
 
 ROOT = Path(__file__).resolve().parent.parent
 USAGE = ROOT / "docs" / "usage.md"
@@ -206,9 +205,7 @@ def test_a_completion_is_charged_the_tokens_it_streamed(
 ) -> None:
     settings.ROOT_URLCONF = "tests.recipes.urls"
     rule("chat-tokens", "/chat/", 10, key_kind="user", unit="day", algorithm="fixed_window")
-    left = 86400 - time.time() % 86400  # the day's window (UTC) must not end mid-test
-    if left < 10:
-        time.sleep(left + 1)
+    away_from_midnight()
     user = User.objects.create_user("bob")
     client = Client()
     client.force_login(user)

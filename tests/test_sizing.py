@@ -4,7 +4,6 @@ typed in would have rejected, against the exact figures and what a log rule reco
 from __future__ import annotations
 
 import math
-import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
@@ -15,7 +14,7 @@ from django_throttle import check_key
 from django_throttle.models import Rejection, SizingCount
 from django_throttle.rejection_log import flush, prune
 from django_throttle.rejection_log.sizing import BOUNDS, bounds_up_to, sizing
-from tests.helpers import rule
+from tests.helpers import away_from_midnight, rule
 
 pytestmark = [pytest.mark.db_matters, pytest.mark.django_db]
 
@@ -34,13 +33,6 @@ def exact(peaks: list[int], p: float) -> int:
 
 def near(measured: float, wanted: float) -> bool:
     return abs(measured - wanted) <= 0.05 * wanted
-
-
-def away_from_midnight() -> None:
-    """Every request of the test in one day window (UTC days, the rules' windows)."""
-    left = 86400 - time.time() % 86400
-    if left < 120:
-        time.sleep(left + 1)
 
 
 @pytest.fixture

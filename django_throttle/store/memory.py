@@ -116,10 +116,11 @@ class MemoryStore:
             for check, blocked, (ok, rem_after, rem_now, reset_after, retry, delay, write) in zip(
                 checks, blocks, evaluations, strict=True
             ):
-                # A rejection that writes: a log-only window counted past its limit.
-                counted = commit and write is not None
+                # A rejection may write too: a log-only window counted past its limit.
+                counted = False
                 if commit and write is not None:
                     write()
+                    counted = True
                 remaining = rem_after if counted else rem_now
                 results.append(
                     Result(

@@ -295,16 +295,17 @@ while spec do
     if not dry then
       if ok then
         counted = dup and 'd' or 'i'
-      elseif dup then
-      elseif enforce or code == C then
-        call('DECRBY', key, cost)
-      else
-        -- A log-only rule's window goes on counting past its limit, so that sizing sees
-        -- how far clients go (given back, as any count, if an enforcing check rejects the
-        -- request); its remaining is then how far past the limit, negative. value keeps
-        -- what remains without it, the reply's if it is given back.
-        counted, value, rem_after = 'i', rem_now, limit - n
-        rem_now = rem_after
+      elseif not dup then
+        if enforce or code == C then
+          call('DECRBY', key, cost)
+        else
+          -- A log-only rule's window goes on counting past its limit, so that sizing sees
+          -- how far clients go (given back, as any count, if an enforcing check rejects the
+          -- request); its remaining is then how far past the limit, negative. value keeps
+          -- what remains without it, the reply's if it is given back.
+          counted, value, rem_after = 'i', rem_now, limit - n
+          rem_now = rem_after
+        end
       end
     end
 
