@@ -417,7 +417,7 @@ def topology(kind: str, plain: harness.RedisServer) -> Iterator[tuple[Any, dict[
     if kind == "single":
         yield plain, {}
     elif kind == "sentinel":
-        with SentinelGroup() as group:
+        with SentinelGroup(fenced=True) as group:  # docs/deploying.md's fence
             factory = "django_redis.pool.SentinelConnectionFactory"
             options = {"CONNECTION_FACTORY": factory, "SENTINELS": group.sentinels}
             cache = {"BACKEND": "django_redis.cache.RedisCache", "OPTIONS": options}

@@ -36,6 +36,13 @@ HOST = "127.0.0.1"
 # Full syncs through an RDB file: a diskless one waits 5 s for more replicas (by default), then
 # streams no write to the new replica until its first ACK, up to 1 s later. (So a primary has a
 # dump.rdb in its dir, which a restart would load.)
+# Sentinel's client-reconfig-script that moves the fence to each new primary (``fenced``).
+FENCE_SCRIPT = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    "django_throttle",
+    "contrib",
+    "sentinel_fence.sh",
+)
 _REPLICATION_ARGS = ["--repl-diskless-sync", "no"]
 
 
@@ -310,6 +317,10 @@ class SentinelGroup:
     ``min_replicas_to_write``: every data node gets it (with ``min-replicas-max-lag`` 10), as
     one config file for all of them would give it; whichever is the master then refuses
     writes with ``NOREPLICAS`` while fewer replicas are linked to it.
+
+    ``fenced``: the fence of docs/deploying.md instead: ``min-replicas-to-write 1`` on the
+    primary alone, moved to the new one after each failover by the Sentinels'
+    ``client-reconfig-script`` (django_throttle/contrib/sentinel_fence.sh).
     """
 
     def __init__(
@@ -319,6 +330,7 @@ class SentinelGroup:
         down_after_ms: int = 1000,
         failover_timeout_ms: int = 3000,
         min_replicas_to_write: int = 0,
+        fenced: bool = False,
         timeout: float = 15.0,
     ) -> None:
         self.service_name = service_name
@@ -331,7 +343,8 @@ class SentinelGroup:
             fence += ["--min-replicas-max-lag", "10"]
         _open.add(self)
         try:
-            primary = RedisServer(args=[*_REPLICATION_ARGS, *fence])
+            armed = ["--min-replicas-to-write", "1", "--min-replicas-max-lag", "10"]
+            primary = RedisServer(args=[*_REPLICATION_ARGS, *fence, *(armed if fenced else [])])
             self.servers.append(primary)
             primary.start()
             replica = RedisServer(args=[*_replica_args(primary.port), *fence])
@@ -352,6 +365,8 @@ class SentinelGroup:
                     f"sentinel parallel-syncs {name} 1",
                     f"sentinel known-replica {name} {HOST} {replica.port}",
                 ]
+                if fenced:
+                    lines.append(f"sentinel client-reconfig-script {name} {FENCE_SCRIPT}")
                 lines += [
                     f"sentinel known-sentinel {name} {HOST} {other} {ids[o]}"
                     for o, other in enumerate(ports)

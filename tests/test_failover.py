@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import closing
 from typing import Any
 
@@ -445,6 +445,45 @@ def test_noreplicas_with_no_replica_promoted_follows_the_fail_modes(
     assert opened.allowed and not opened.unavailable
 
 
+def through_failover(
+    group: SentinelGroup, settled: Callable[[], bool], asgi: bool, after: int = 0
+) -> tuple[list[Any], list[Any], list[Any]]:
+    """Decisions of one client under the scope "fenced": 3, then SENTINEL FAILOVER, then one
+    every 0.05 s until ``settled()``; with ``after``, that many more one breaker interval
+    later. Under ASGI on one loop throughout, so its store (and its connections) lives
+    through it."""
+    from asgiref.sync import sync_to_async
+
+    from django_throttle import acheck_key, check_key
+
+    async def adecide() -> Any:
+        return await acheck_key("fenced", "acme")
+
+    async def abody() -> tuple[list[Any], list[Any], list[Any]]:
+        before = [await adecide() for _ in range(3)]
+        await sync_to_async(group.failover)()
+        during = []
+        while not await sync_to_async(settled)():
+            during.append(await adecide())
+            await asyncio.sleep(0.05)
+        if after:
+            await asyncio.sleep(INTERVAL + 0.1)
+        return before, during, [await adecide() for _ in range(after)]
+
+    def body() -> tuple[list[Any], list[Any], list[Any]]:
+        before = [check_key("fenced", "acme") for _ in range(3)]
+        group.failover()
+        during = []
+        while not settled():
+            during.append(check_key("fenced", "acme"))
+            time.sleep(0.05)
+        if after:
+            time.sleep(INTERVAL + 0.1)
+        return before, during, [check_key("fenced", "acme") for _ in range(after)]
+
+    return run(abody) if asgi else body()
+
+
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("asgi", [False, True], ids=["wsgi", "asgi"])
 def test_with_min_replicas_to_write_a_sentinel_failover_loses_no_count(
@@ -454,10 +493,6 @@ def test_with_min_replicas_to_write_a_sentinel_failover_loses_no_count(
     writes (NOREPLICAS), so nothing is counted where the resync would lose it, and a client
     at its limit is admitted no more; the new primary refuses them too until the old one,
     demoted by Sentinel, has linked to it (about 10 s): meanwhile the fail mode answers."""
-    from asgiref.sync import sync_to_async
-
-    from django_throttle import acheck_key, check_key
-
     with SentinelGroup(service_name=f"svc{next(_groups)}", min_replicas_to_write=1) as group:
         throttle_settings(settings, sentinel_cache(group))  # RULES_REFRESH: one hour
         # Every decision from the store: none from the block cache's memory of a rejection.
@@ -471,31 +506,8 @@ def test_with_min_replicas_to_write_a_sentinel_failover_loses_no_count(
             new = group.master()
             return new is not old and demoted(old) and not refuses_writes(new.port)
 
-        async def adecide() -> Any:
-            return await acheck_key("fenced", "acme")
-
-        async def abody() -> tuple[list[Any], list[Any], list[Any]]:
-            # One loop throughout, so its store (and its connections) lives through it.
-            before = [await adecide() for _ in range(3)]
-            await sync_to_async(group.failover)()
-            during = []
-            while not await sync_to_async(settled)():
-                during.append(await adecide())
-                await asyncio.sleep(0.05)
-            await asyncio.sleep(INTERVAL + 0.1)  # the breaker's last refusal behind
-            return before, during, [await adecide() for _ in range(3)]
-
-        def body() -> tuple[list[Any], list[Any], list[Any]]:
-            before = [check_key("fenced", "acme") for _ in range(3)]
-            group.failover()
-            during = []
-            while not settled():
-                during.append(check_key("fenced", "acme"))
-                time.sleep(0.05)
-            time.sleep(INTERVAL + 0.1)  # the breaker's last refusal behind
-            return before, during, [check_key("fenced", "acme") for _ in range(3)]
-
-        before, during, after = run(abody) if asgi else body()
+        # ``after``: once the breaker's last refusal is behind.
+        before, during, after = through_failover(group, settled, asgi, after=3)
         on_new = counted(group.master())
     assert sum(d.allowed for d in before + during + after) == 5  # the limit, not more
     assert on_new == 5
@@ -504,3 +516,74 @@ def test_with_min_replicas_to_write_a_sentinel_failover_loses_no_count(
     # primary taking writes and settled() seeing it may be admitted, and counted there).
     assert during and during[0].unavailable and all(d.allowed or d.unavailable for d in during)
     assert not after[-1].allowed and not after[-1].unavailable  # the new primary's count
+
+
+def fence_of(server: Any) -> int:
+    with closing(server.client(socket_timeout=2)) as node:
+        return int(node.config_get("min-replicas-to-write")["min-replicas-to-write"])
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("asgi", [False, True], ids=["wsgi", "asgi"])
+@pytest.mark.parametrize("refresh", [3600.0, 0.1], ids=["no-refresh", "refreshing"])
+def test_with_the_fence_on_the_primary_a_sentinel_failover_loses_no_count_and_refuses_none(
+    settings: Any, asgi: bool, refresh: float
+) -> None:
+    """The fence of docs/deploying.md: min-replicas-to-write 1 on the primary alone. From the
+    promotion the old primary refuses writes (NOREPLICAS); the decision it refused finds the
+    server promoted from it (INFO replication) and is decided there, before the Sentinels
+    name it (and with no rules refresh to hear it from them): no decision follows a fail
+    mode, and a client at its limit is admitted no more. Sentinel's reconfig script
+    then arms the new primary and disarms the old one, now its replica."""
+    with SentinelGroup(service_name=f"svc{next(_groups)}", fenced=True) as group:
+        throttle_settings(settings, sentinel_cache(group))
+        # Every decision from the store: none from the block cache's memory of a rejection.
+        settings.DJANGO_THROTTLE = {
+            **settings.DJANGO_THROTTLE,
+            "BLOCK_CACHE": False,
+            "RULES_REFRESH": refresh,
+        }
+        rule("fenced", "fenced", 5, unit="hour", fail_mode="closed", algorithm="fixed_window")
+        old = group.master()
+        assert fence_of(old) == 1
+        deadline = time.monotonic() + 60
+
+        def settled() -> bool:
+            assert time.monotonic() < deadline, "the fence not moved to the new primary"
+            new = group.master()
+            return new is not old and demoted(old) and fence_of(new) == 1 and fence_of(old) == 0
+
+        before, during, _ = through_failover(group, settled, asgi)
+        new = group.master()
+        on_new = counted(new)
+    assert [d.allowed for d in before] == [True] * 3
+    assert len(during) > 20  # decided all through the ~10 s until the old primary is demoted
+    assert not any(d.unavailable for d in during)  # never the fail mode
+    assert [d.allowed for d in during] == [True] * 2 + [False] * (len(during) - 2)
+    assert on_new == 5  # the limit, counted where it stays
+
+
+def test_only_the_server_promoted_from_a_fenced_primary_is_taken_for_the_new_one() -> None:
+    """Between the promotion and the old primary's demotion both servers answer as primaries.
+    From the old primary, promoted_replica() finds the promoted one; from the new one (fenced
+    in its turn, say), nothing: the old primary was not promoted from it, and a decision
+    must never be sent back there."""
+    from redis.sentinel import Sentinel
+
+    from django_throttle.store.promotion import promoted_replica
+    from django_throttle.store.steps import drive
+
+    def replication(address: tuple[str, int]) -> dict[str, Any]:
+        with closing(redis.Redis(host=address[0], port=address[1], socket_timeout=2)) as node:
+            return dict(node.info("replication"))
+
+    with SentinelGroup(service_name=f"svc{next(_groups)}") as group:
+        old = group.master_address()
+        sentinels = Sentinel(group.sentinels, socket_timeout=2)
+        pool = sentinels.master_for(group.service_name).connection_pool
+        new = group.failover()
+        assert not demoted(group.server(old[1]))  # a primary still, for about 10 s
+        assert drive(promoted_replica(pool, old, replication)) == new
+        assert drive(promoted_replica(pool, new, replication)) is None
+        for sentinel in sentinels.sentinels:
+            sentinel.close()

@@ -30,6 +30,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .connections import AsyncConnectionStack, Command, LoopStack, acall, recovered
 from .deadlines import connected, waiting, within
+from .promotion import Address, Promotion, promoted_replica, replication_fields
 from .steps import adrive
 
 try:
@@ -255,15 +256,17 @@ def pack(args: tuple[Any, ...]) -> bytes:
     return b"".join(out)
 
 
-async def connect(options: Options) -> LeanConnection:
+async def connect(options: Options, address: Address | None = None) -> LeanConnection:
     """A new connection, through AUTH, SELECT and CLIENT SETNAME (or a PING): no command is
-    sent on it before the server has answered one. To the primary the Sentinels name, for a
-    Sentinel pool. The connect (TCP, then TLS) is bounded by the connect timeout, each
-    handshake command by the socket timeout, timed by the server's answer
-    (store/deadlines.py)."""
+    sent on it before the server has answered one. To ``address`` if given, else to the
+    primary the Sentinels name, for a Sentinel pool. The connect (TCP, then TLS) is bounded by
+    the connect timeout, each handshake command by the socket timeout, timed by the server's
+    answer (store/deadlines.py)."""
     loop = asyncio.get_running_loop()
     host, port = options.host, options.port
-    if options.sentinel_pool is not None:
+    if address is not None:
+        host, port = address
+    elif options.sentinel_pool is not None:
         host, port = await options.sentinel_pool.get_master_address()
     name = options.path or f"{host}:{port}"
     conn = LeanConnection(loop, options, name)
@@ -385,21 +388,54 @@ class LeanConnectionStack(LoopStack):
         # For a Sentinel pool: the primary the process's rules refresh last heard of from the
         # Sentinels (follow_primary()); a connection to another is not used again.
         self.primary: Callable[[], Any] | None = None
+        self._promotion = Promotion()
+
+    def _named(self) -> Any:
+        """The primary the Sentinels name, as last heard of (None before any)."""
+        if self.primary is not None:
+            return self.primary()
+        pool = self.options.sentinel_pool
+        return None if pool is None else pool.master_address
 
     async def _connect(self) -> LeanConnection:
+        named = self._named()
+        primary = self._promotion.primary(named)
+        if primary is not named:  # a promoted replica the Sentinels do not name yet
+            return await connect(self.options, tuple(primary))
         return await connect(self.options)
 
     async def _usable(self, conn: LeanConnection) -> bool:
         # Not one the loop saw the server close while idle, nor one to an earlier primary.
-        return not conn.closed and (self.primary is None or self._follows(conn))
+        if conn.closed:
+            return False
+        return conn.address is None or self._follows(conn)
 
     def _follows(self, conn: LeanConnection) -> bool:
         """Whether a connection reaches the primary last heard of (any, if none yet)."""
-        primary = self.primary() if self.primary is not None else None
+        primary = self._promotion.primary(self._named())
         if primary is None or conn.address == tuple(primary):
             return True
         conn.close()
         return False
+
+    async def promoted(self, conn: LeanConnection) -> bool:
+        """ConnectionStack.promoted() on the loop."""
+        pool = self.options.sentinel_pool
+        if pool is None:
+            return False
+
+        async def replication(address: Address) -> dict[str, str]:
+            probe = await connect(self.options, address)
+            try:
+                return replication_fields(await probe.send(pack(("INFO", "replication"))))
+            finally:
+                probe.close()
+
+        found = await adrive(promoted_replica(pool, conn.address, replication))
+        if found is None:
+            return False
+        self._promotion.found(self._named(), found)
+        return True
 
     async def _close(self, conn: LeanConnection) -> None:
         conn.close()
@@ -424,7 +460,7 @@ class LeanConnectionStack(LoopStack):
     async def run_packed(self, command: Command, source: str, again: bool = True) -> Any:
         idle = self._idle
         conn = idle.pop() if idle else None
-        if conn is None or conn.closed or (self.primary is not None and not self._follows(conn)):
+        if conn is None or conn.closed or (conn.address is not None and not self._follows(conn)):
             conn = await self.take()
         try:
             reply = await conn.send(command if isinstance(command, bytes) else pack(command))

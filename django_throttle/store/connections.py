@@ -20,7 +20,7 @@ from typing import Any
 
 from redis import ConnectionPool
 from redis._parsers import hiredis as hiredis_parser
-from redis.connection import Connection, UnixDomainSocketConnection
+from redis.connection import Connection, SSLConnection, UnixDomainSocketConnection
 from redis.exceptions import (
     ClusterDownError,
     ConnectionError,
@@ -33,6 +33,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.sentinel import SentinelConnectionPool
 
 from .deadlines import waiting, within
+from .promotion import Address, Promotion, promoted_replica, replication_fields
 from .steps import Steps, adrive, drive
 
 _stacks: weakref.WeakSet[ConnectionStack] = weakref.WeakSet()
@@ -64,7 +65,8 @@ KERNEL_TIMEOUTS = sys.platform.startswith("linux")
 
 # Redis 6.2 wraps an error inside a script ("ERR Error running script ... -READONLY ..."),
 # and redis-py 5 does not map MASTERDOWN outside a cluster: the code is read in the text.
-_GONE_CODES = re.compile(r"(?:^|-)(READONLY|MASTERDOWN)\b")
+# NOREPLICAS: a primary fenced by min-replicas-to-write (store/promotion.py).
+_GONE_CODES = re.compile(r"(?:^|-)(READONLY|MASTERDOWN|NOREPLICAS)\b")
 
 
 def keeps(error: ResponseError) -> bool:
@@ -83,13 +85,23 @@ def demoted(error: BaseException) -> bool:
     if not isinstance(error, Exception):
         return False
     for candidate in (error, error.__context__):
-        if isinstance(candidate, ReadOnlyError) or (
-            isinstance(candidate, ResponseError)
-            and (match := _GONE_CODES.search(str(candidate))) is not None
-            and match.group(1) == "READONLY"
-        ):
+        if isinstance(candidate, ReadOnlyError) or _code(candidate) == "READONLY":
             return True
     return False
+
+
+def fenced(error: BaseException) -> bool:
+    """Whether a primary refused the script's first write because fewer replicas than its
+    ``min-replicas-to-write`` follow it (NOREPLICAS): nothing was written, and if a failover
+    just promoted its replica (store/promotion.py), the decision can be sent there once."""
+    return _code(error) == "NOREPLICAS"
+
+
+def _code(error: BaseException | None) -> str | None:
+    if not isinstance(error, ResponseError):
+        return None
+    match = _GONE_CODES.search(str(error))
+    return None if match is None else match.group(1)
 
 
 class ConnectionStack:
@@ -113,6 +125,7 @@ class ConnectionStack:
         # A Sentinel pool of the primary: each connection remembers the primary it reached,
         # and one made before the pool learnt of a new primary is not used again.
         self._sentinel = isinstance(pool, SentinelConnectionPool) and pool.is_master
+        self._promotion = Promotion()
         _stacks.add(self)
 
     @classmethod
@@ -138,7 +151,7 @@ class ConnectionStack:
             # Every idle connection finished its last command. One that reads as ready
             # before we sent anything was closed by the server (restart, idle timeout):
             # reconnect, as redis-py's pool does, instead of failing this request on it.
-            if self._sentinel and getattr(conn, _PRIMARY, None) != self.pool.master_address:
+            if self._sentinel and getattr(conn, _PRIMARY, None) != self.primary():
                 pass  # to a primary of before a failover: counts must go to one server
             elif self.direct:
                 if not _readable(conn):
@@ -150,15 +163,50 @@ class ConnectionStack:
                 except ConnectionError:
                     pass
             conn.disconnect()
-        conn.connect()
         if self._sentinel:
-            setattr(conn, _PRIMARY, self.pool.master_address)
+            primary = self.primary()
+            if primary is not self.pool.master_address:  # a promoted replica, not named yet
+                conn.connect_to(primary)
+            else:
+                conn.connect()  # asks the Sentinels
+                primary = self.pool.master_address
+            setattr(conn, _PRIMARY, primary)
+        else:
+            conn.connect()
         if self.direct:
             kernel_timeouts(conn)
         return conn
 
     def give(self, conn: Any) -> None:
         self._idle.append(conn)
+
+    def primary(self) -> Any:
+        """A Sentinel pool's primary for decisions: the one the Sentinels name, or the replica
+        found promoted (promoted()) while they still name the old one."""
+        return self._promotion.primary(self.pool.master_address)
+
+    def promoted(self, conn: Any) -> bool:
+        """After ``conn``'s primary refused a write with NOREPLICAS: whether another server is
+        the primary now (store/promotion.py), where the next connections go."""
+        if not self._sentinel:
+            return False
+        kwargs = {k: v for k, v in self._kwargs.items() if k != "connection_pool"}
+        plain = SSLConnection if issubclass(self._connection_class, SSLConnection) else Connection
+
+        def replication(address: Address) -> dict[str, str]:
+            probe: Any = plain(**{**kwargs, "host": address[0], "port": address[1]})
+            try:
+                probe.send_command("INFO", "replication")
+                return replication_fields(probe.read_response())
+            finally:
+                probe.disconnect()
+
+        fenced = getattr(conn, _PRIMARY, None)
+        found = drive(promoted_replica(self.pool, fenced, replication))
+        if found is None:
+            return False
+        self._promotion.found(self.pool.master_address, found)
+        return True
 
     def execute(self, *args: Any) -> Any:
         """Send one command and return its reply; Redis errors are raised as redis-py raises them."""
@@ -262,14 +310,15 @@ def recovered(
     driven by drive() or adrive(): its ``send``, ``settle``, ``lost`` and ``run_packed`` are
     sync or async alike). NOSCRIPT is a reload on the same connection (reloaded()); an error
     reply keeps the connection unless its server is gone; anything else closes it; a server
-    that has become a replica gets the call once more, on a new connection."""
+    that has become a replica gets the call once more, on a new connection, as does one fenced
+    while a replica it lost answers as the primary (``stack.promoted``)."""
     try:
         if not isinstance(error, NoScriptError):
             raise error
         reply = yield from reloaded(partial(stack.send, conn), command, source)
     except ResponseError as exc:
         yield stack.settle, (conn, exc)
-        if again and demoted(exc):
+        if again and (demoted(exc) or (fenced(exc) and (yield stack.promoted, (conn,)))):
             return (yield stack.run_packed, (command, source, False))
         raise
     except BaseException as exc:
@@ -421,6 +470,11 @@ class LoopStack:
     def send(self, conn: Any, command: Command) -> Any:
         """One command on a connection this stack took: an awaitable of its reply."""
         raise NotImplementedError
+
+    async def promoted(self, conn: Any) -> bool:
+        """ConnectionStack.promoted() on the loop; redis.asyncio's connections keep following
+        the fail modes after NOREPLICAS (the lean connection's stack finds the new primary)."""
+        return False
 
     async def take(self) -> Any:
         while True:
