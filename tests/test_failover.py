@@ -518,6 +518,21 @@ def test_with_min_replicas_to_write_a_sentinel_failover_loses_no_count(
     assert not after[-1].allowed and not after[-1].unavailable  # the new primary's count
 
 
+def watch_decisions(server: Any) -> None:
+    """Have ``server`` log every command it runs (its slow log, with no threshold)."""
+    with closing(server.client(socket_timeout=2)) as node:
+        node.config_set("slowlog-max-len", 100_000)
+        node.config_set("slowlog-log-slower-than", 0)
+        node.slowlog_reset()
+
+
+def decisions_seen(server: Any) -> int:
+    """Decisions sent to ``server`` since watch_decisions(), refused ones included."""
+    with closing(server.client(socket_timeout=2)) as node:
+        entries = node.slowlog_get(100_000)
+    return sum(1 for e in entries if e["command"].split()[:2] == [b"EVALSHA", DECIDE_SHA.encode()])
+
+
 def fence_of(server: Any) -> int:
     with closing(server.client(socket_timeout=2)) as node:
         return int(node.config_get("min-replicas-to-write")["min-replicas-to-write"])
@@ -542,6 +557,7 @@ def test_with_the_fence_on_the_primary_a_sentinel_failover_loses_no_count_and_re
             **settings.DJANGO_THROTTLE,
             "BLOCK_CACHE": False,
             "RULES_REFRESH": refresh,
+            "FLUSH_INTERVAL": 3600.0,  # no script of the rejection log's on the old primary
         }
         rule("fenced", "fenced", 5, unit="hour", fail_mode="closed", algorithm="fixed_window")
         old = group.master()
@@ -553,14 +569,19 @@ def test_with_the_fence_on_the_primary_a_sentinel_failover_loses_no_count_and_re
             new = group.master()
             return new is not old and demoted(old) and fence_of(new) == 1 and fence_of(old) == 0
 
+        watch_decisions(old)
         before, during, _ = through_failover(group, settled, asgi)
         new = group.master()
         on_new = counted(new)
+        sent_to_old = decisions_seen(old)
     assert [d.allowed for d in before] == [True] * 3
     assert len(during) > 20  # decided all through the ~10 s until the old primary is demoted
     assert not any(d.unavailable for d in during)  # never the fail mode
     assert [d.allowed for d in during] == [True] * 2 + [False] * (len(during) - 2)
     assert on_new == 5  # the limit, counted where it stays
+    # The next decisions go to the promoted server at once: the old primary saw those before
+    # the failover and at most the one it refused (none if a refresh moved the process first).
+    assert sent_to_old <= len(before) + 1
 
 
 def test_only_the_server_promoted_from_a_fenced_primary_is_taken_for_the_new_one() -> None:

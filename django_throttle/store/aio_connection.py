@@ -434,7 +434,7 @@ class LeanConnectionStack(LoopStack):
         found = await adrive(promoted_replica(pool, conn.address, replication))
         if found is None:
             return False
-        self._promotion.found(self._named(), found)
+        self._promotion.found(conn.address, found)
         return True
 
     async def _close(self, conn: LeanConnection) -> None:

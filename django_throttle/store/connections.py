@@ -205,7 +205,7 @@ class ConnectionStack:
         found = drive(promoted_replica(self.pool, fenced, replication))
         if found is None:
             return False
-        self._promotion.found(self.pool.master_address, found)
+        self._promotion.found(fenced, found)
         return True
 
     def execute(self, *args: Any) -> Any:

@@ -67,16 +67,16 @@ class Promotion:
         self.pair: tuple[Address, Address] | None = None  # (fenced, promoted)
 
     def primary(self, named: Any) -> Any:
-        """The primary to decide on, given the one the Sentinels name."""
+        """The primary to decide on, given the one the Sentinels name (None: not heard yet)."""
         pair = self.pair
         if pair is None:
             return named
-        if named is not None and tuple(named) == pair[0]:
+        if named is None or tuple(named) == pair[0]:
             return pair[1]
         self.pair = None  # the Sentinels name the new primary now
         return named
 
-    def found(self, named: Any, address: Address) -> None:
-        """``address`` answers as the primary while the Sentinels name ``named``."""
-        fenced = tuple(named) if named is not None else None
-        self.pair = (fenced, address) if fenced is not None and fenced != address else None
+    def found(self, fenced: Address | None, address: Address) -> None:
+        """``address`` was promoted from ``fenced``, the primary that refused a write."""
+        was = tuple(fenced) if fenced is not None else None
+        self.pair = (was, address) if was is not None and was != address else None
