@@ -470,7 +470,7 @@ def test_with_redis_down_a_process_writes_its_own_counts_and_loses_none(redis_se
     try:
         with caplog.at_level(logging.ERROR, logger="django_throttle"):
             assert flush() == 1  # its own, straight to the database; no request broken
-        assert "could not hand 1 rejection counts to Redis" in caplog.text
+        assert "could not hand 1 rejection counts and 0 sizing counts to Redis" in caplog.text
         assert totals() == {("api", "reject"): 1}
     finally:
         redis_server.start()

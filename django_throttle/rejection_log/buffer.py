@@ -371,9 +371,10 @@ class RejectionLog:
         except through_redis.PushFailed as exc:
             self._failed(
                 _REDIS,
-                "could not hand %d rejection counts to Redis (%s); this process writes its "
-                "own to the database meanwhile",
+                "could not hand %d rejection counts and %d sizing counts to Redis (%s); this "
+                "process writes its own to the database meanwhile",
                 len(exc.rest),
+                len(exc.sizes),
                 exc.cause,
             )
             return exc.rest, exc.sizes
