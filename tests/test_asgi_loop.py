@@ -29,7 +29,10 @@ def requests(paths: list[str], loop_thread: list[int]) -> list[Any]:
     return list(run(body))
 
 
-def test_an_ip_rule_is_gathered_on_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_ip_rule_is_gathered_on_the_loop(monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
+    # Fresh for the whole test, however slow the machine: a refresh due between the first
+    # request's load and its gathering would send that gathering to a thread.
+    settings.DJANGO_THROTTLE = {**settings.DJANGO_THROTTLE, "RULES_REFRESH": 60.0}
     rule("api", "/api/", 2, algorithm="fixed_window")
     places, loop = where_gathered(monkeypatch)
     statuses = requests(["/api/items/"] * 4, loop)
