@@ -83,6 +83,9 @@ class GuardedStore:
         self._dropping = False  # a refund failed and no store call has worked since: said once
         # This runtime's switch, read on every decision without a lookup.
         self._metrics = current.runtime.part(metrics.Metrics)
+        # conf.uses_redis, read on every async decision: BACKEND, CLUSTER_URL and CACHES
+        # cannot change under this runtime (a change replaces it, and this store with it).
+        self._uses_redis = conf.uses_redis
         self._moved()
 
     @staticmethod
@@ -167,7 +170,7 @@ class GuardedStore:
         self, checks: Sequence[Check], dry_run: bool = False
     ) -> list[Result] | StoreUnavailable:
         """decide() on the event loop's asyncio backend."""
-        if not conf.uses_redis:
+        if not self._uses_redis:
             return self.decide(checks, dry_run)
         breaker = self.breaker
         token = breaker.epoch if breaker.state == CLOSED else breaker.allow()
