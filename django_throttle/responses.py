@@ -49,21 +49,26 @@ def _sf_string(text: str) -> str:
 
 def policy_field(name: str, limit: int, period: int | None) -> str:
     """A rule's RateLimit-Policy item: its name, quota and window (seconds)."""
-    return f"{_sf_string(name)};q={limit};w={period}"
+    return _policy(_sf_string(name), limit, period)
+
+
+def _policy(quoted_name: str, limit: int, period: int | None) -> str:
+    return f"{quoted_name};q={limit};w={period}"
 
 
 def add_headers(response: HttpResponseBase, decision: Decision) -> None:
     """X-RateLimit-* and the IETF RateLimit-Policy / RateLimit fields of the deciding rule."""
-    if decision.rule is None or decision.limit is None:
+    rule, limit = decision.rule, decision.limit
+    if rule is None or limit is None:
         return
     remaining = max(0, decision.remaining or 0)
     now = decision.decided_at or time.time()  # the store's clock, when it was asked
     reset_at = math.ceil(decision.reset_at or now)
-    name = _sf_string(decision.rule)
-    response[X_LIMIT] = str(decision.limit)
+    name = _sf_string(rule)  # quoted once for both fields that name the rule
+    response[X_LIMIT] = str(limit)
     response[X_REMAINING] = str(remaining)
     response[X_RESET] = str(reset_at)
-    response[POLICY] = policy_field(decision.rule, decision.limit, decision.period)
+    response[POLICY] = _policy(name, limit, decision.period)
     response[RATELIMIT] = f"{name};r={remaining};t={max(0, reset_at - math.floor(now))}"
 
 
