@@ -21,7 +21,7 @@ from django_throttle.store.redis import DECIDE_SHA
 from tests.engine_helpers import ALGORITHMS
 from tests.helpers import rule
 from tests.redis_server import RedisServer
-from tests.redis_topology import ClusterHarness
+from tests.redis_topology import ClusterHarness, SentinelGroup
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "deploying.md"
 PASSWORD = "change-me"
@@ -148,3 +148,49 @@ def test_the_cluster_user_is_enough() -> None:
             assert all(denied(node.port) == [] for node in cluster.alive)
         finally:
             store.close()
+
+
+@pytest.mark.topology
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("info", [True, False], ids=["with-info", "without-info"])
+def test_the_fence_needs_info_beside_the_primary_user(settings: Any, info: bool) -> None:
+    """With the fence of docs/deploying.md (a Sentinel group, min-replicas-to-write on the
+    primary) the primary's user also needs +info, as the guide says: a decision refused with
+    NOREPLICAS finds the promoted server by reading INFO replication. With it, every
+    decision through a SENTINEL FAILOVER is made and the servers deny the user nothing;
+    without it, the first decision after the promotion follows its fail mode."""
+    single, _ = acl_lines()
+    with SentinelGroup(service_name=f"aclfence{int(info)}", fenced=True) as group:
+        for server in group.servers:  # ACLs are not replicated: every data node gets the user
+            set_user(server.port, [*single, *(["+info"] if info else [])])
+        settings.CACHES = {
+            **settings.CACHES,
+            "default": {
+                "BACKEND": "django_redis.cache.RedisCache",
+                "LOCATION": f"redis://throttle:{PASSWORD}@{group.service_name}/0",
+                "OPTIONS": {
+                    "CONNECTION_FACTORY": "django_redis.pool.SentinelConnectionFactory",
+                    "SENTINELS": group.sentinels,
+                },
+            },
+        }
+        settings.DJANGO_THROTTLE = {
+            **settings.DJANGO_THROTTLE,
+            "RULES_REFRESH": 3600.0,  # the promoted server found from NOREPLICAS alone
+            "FLUSH_INTERVAL": 3600.0,
+            "BLOCK_CACHE": False,
+        }
+        rule("fenced", "fenced", 1000, unit="hour", fail_mode="closed", algorithm="fixed_window")
+        assert check_key("fenced", "acme").allowed
+        group.failover()
+        after = [check_key("fenced", "acme") for _ in range(3)]
+        refused = []
+        for server in group.servers:
+            with closing(redis.Redis(port=server.port, socket_timeout=5)) as admin:
+                refused += admin.acl_log()
+    if info:
+        assert [d.allowed for d in after] == [True] * 3
+        assert refused == []
+    else:
+        assert after[0].unavailable
+        assert refused and {entry["object"] for entry in refused} == {"info"}
