@@ -398,11 +398,8 @@ class LeanConnectionStack(LoopStack):
         return None if pool is None else pool.master_address
 
     async def _connect(self) -> LeanConnection:
-        named = self._named()
-        primary = self._promotion.primary(named)
-        if primary is not named:  # a promoted replica the Sentinels do not name yet
-            return await connect(self.options, tuple(primary))
-        return await connect(self.options)
+        # A promoted replica the Sentinels do not name yet, else the primary they name.
+        return await connect(self.options, self._promotion.instead_of(self._named()))
 
     async def _usable(self, conn: LeanConnection) -> bool:
         # Not one the loop saw the server close while idle, nor one to an earlier primary.
@@ -412,7 +409,8 @@ class LeanConnectionStack(LoopStack):
 
     def _follows(self, conn: LeanConnection) -> bool:
         """Whether a connection reaches the primary last heard of (any, if none yet)."""
-        primary = self._promotion.primary(self._named())
+        named = self._named()
+        primary = self._promotion.instead_of(named) or named
         if primary is None or conn.address == tuple(primary):
             return True
         conn.close()
@@ -432,7 +430,7 @@ class LeanConnectionStack(LoopStack):
                 probe.close()
 
         found = await adrive(promoted_replica(pool, conn.address, replication))
-        if found is None:
+        if found is None or conn.address is None:
             return False
         self._promotion.found(conn.address, found)
         return True

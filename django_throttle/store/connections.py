@@ -164,8 +164,8 @@ class ConnectionStack:
                     pass
             conn.disconnect()
         if self._sentinel:
-            primary = self.primary()
-            if primary is not self.pool.master_address:  # a promoted replica, not named yet
+            primary = self._promotion.instead_of(self.pool.master_address)
+            if primary is not None:  # a promoted replica the Sentinels do not name yet
                 conn.connect_to(primary)
             else:
                 conn.connect()  # asks the Sentinels
@@ -183,7 +183,8 @@ class ConnectionStack:
     def primary(self) -> Any:
         """A Sentinel pool's primary for decisions: the one the Sentinels name, or the replica
         found promoted (promoted()) while they still name the old one."""
-        return self._promotion.primary(self.pool.master_address)
+        named = self.pool.master_address
+        return self._promotion.instead_of(named) or named
 
     def promoted(self, conn: Any) -> bool:
         """After ``conn``'s primary refused a write with NOREPLICAS: whether another server is
@@ -203,7 +204,7 @@ class ConnectionStack:
 
         fenced = getattr(conn, _PRIMARY, None)
         found = drive(promoted_replica(self.pool, fenced, replication))
-        if found is None:
+        if found is None or fenced is None:
             return False
         self._promotion.found(fenced, found)
         return True

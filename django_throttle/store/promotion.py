@@ -66,17 +66,17 @@ class Promotion:
     def __init__(self) -> None:
         self.pair: tuple[Address, Address] | None = None  # (fenced, promoted)
 
-    def primary(self, named: Any) -> Any:
-        """The primary to decide on, given the one the Sentinels name (None: not heard yet)."""
+    def instead_of(self, named: Any) -> Address | None:
+        """The promoted server to decide on instead of ``named``, the primary the Sentinels
+        name (None: not heard yet); None once they name any other."""
         pair = self.pair
         if pair is None:
-            return named
+            return None
         if named is None or tuple(named) == pair[0]:
             return pair[1]
         self.pair = None  # the Sentinels name the new primary now
-        return named
+        return None
 
-    def found(self, fenced: Address | None, address: Address) -> None:
+    def found(self, fenced: Address, address: Address) -> None:
         """``address`` was promoted from ``fenced``, the primary that refused a write."""
-        was = tuple(fenced) if fenced is not None else None
-        self.pair = (was, address) if was is not None and was != address else None
+        self.pair = (tuple(fenced), address)
