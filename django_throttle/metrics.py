@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import bisect
 import logging
 import math
 import threading
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .conf import conf
 from .runtime import Runtime, current
 
 if TYPE_CHECKING:
-    from prometheus_client import Counter
+    from prometheus_client import Counter, Histogram
 
 logger = logging.getLogger("django_throttle")
 
@@ -83,6 +84,9 @@ class DecisionLike(Protocol):
     def results(self) -> tuple[ResultLike, ...]: ...
 
 
+Increment = Callable[[float], None]  # a metric's inc(amount)
+
+
 class Instruments:
     """The metric objects, registered in the default registry once per process."""
 
@@ -127,8 +131,10 @@ class Instruments:
             BANNED, "Requests refused (403) because their client is banned, by key kind.", ("kind",)
         )
         self.store_available.set(1)
-        # labels() takes a lock and builds a tuple on every call: the children are kept.
-        self._children: dict[tuple[Counter | str, ...], Counter] = {}
+        self.observe_store = _observer(self.store_seconds)
+        # labels() takes a lock and builds a tuple on every call: the children's increments are
+        # kept.
+        self._children: dict[tuple[Counter | str, ...], Increment] = {}
         self.state_lock = threading.Lock()
 
     def show_available(self, available: Callable[[], bool]) -> None:
@@ -139,8 +145,8 @@ class Instruments:
         key: tuple[Counter | str, ...] = (counter, *labels)
         child = self._children.get(key)
         if child is None:
-            child = self._children[key] = counter.labels(*labels)
-        child.inc()
+            child = self._children[key] = _increment(counter.labels(*labels))
+        child(1)
 
     def count_results(
         self,
@@ -160,8 +166,8 @@ class Instruments:
                 key = (counter, rule.name, ALLOWED)
                 child = children.get(key)
                 if child is None:
-                    child = children[key] = counter.labels(rule.name, ALLOWED)
-                child.inc()
+                    child = children[key] = _increment(counter.labels(rule.name, ALLOWED))
+                child(1)
                 if most_remaining is None:
                     continue
                 limit = result.limit
@@ -172,15 +178,52 @@ class Instruments:
                     near_key = (self.near_limit, rule.name)
                     child = children.get(near_key)
                     if child is None:
-                        child = children[near_key] = self.near_limit.labels(rule.name)
-                    child.inc()
+                        child = children[near_key] = _increment(self.near_limit.labels(rule.name))
+                    child(1)
             else:
                 outcome = REJECTED if rule.enforcing else SHADOW_REJECTED
                 key = (counter, rule.name, outcome)
                 child = children.get(key)
                 if child is None:
-                    child = children[key] = counter.labels(rule.name, outcome)
-                child.inc()
+                    child = children[key] = _increment(counter.labels(rule.name, outcome))
+                child(1)
+
+
+# prometheus_client checks on every inc() and observe() that the metric is not the parent of
+# labelled children and that a counter's amount is not negative, true of every call here by
+# construction; fed directly, a request's three metric writes cost half as much (about 4 µs
+# under WSGI, 8 under ASGI: docs/benchmarks.md). Where a release keeps its values otherwise,
+# the public methods are used.
+def _increment(metric: Any) -> Increment:
+    """``metric.inc``, or the ``inc`` of the value object behind it."""
+    inc = getattr(getattr(metric, "_value", None), "inc", None)
+    return inc if callable(inc) else metric.inc  # type: ignore[no-any-return]
+
+
+def _observer(histogram: Histogram) -> Increment:
+    """``histogram.observe``, or the same writes made to its sum and bucket values directly."""
+    total = getattr(getattr(histogram, "_sum", None), "inc", None)
+    buckets = getattr(histogram, "_buckets", None)
+    bounds = getattr(histogram, "_upper_bounds", None)
+    if not (
+        callable(total)
+        and isinstance(buckets, list)
+        and isinstance(bounds, list)
+        and len(buckets) == len(bounds)
+        and bounds[-1] == math.inf
+        and all(callable(getattr(bucket, "inc", None)) for bucket in buckets)
+    ):
+        return histogram.observe
+    add_to_total = total
+    add_to_bucket = [bucket.inc for bucket in buckets]
+    upper_bounds = list(bounds)
+
+    def observe(amount: float) -> None:
+        add_to_total(amount)
+        # The first bucket whose upper bound is at least the amount, as observe() finds it.
+        add_to_bucket[bisect.bisect_left(upper_bounds, amount)](1)
+
+    return observe
 
 
 def near_most(limit: int, ratio: float) -> int:
@@ -339,7 +382,7 @@ def store_observed(part: Metrics, seconds: float) -> None:
     if m is None:
         return
     try:
-        m.store_seconds.observe(seconds)
+        m.observe_store(seconds)
     except Exception:
         _failure()
 

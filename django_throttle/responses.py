@@ -8,6 +8,7 @@ import time
 from typing import Any, NamedTuple
 
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
+from django.http.response import ResponseHeaders
 from django.template.loader import render_to_string
 from django.utils.module_loading import import_string
 from django.utils.translation import get_language, ngettext
@@ -65,11 +66,54 @@ def add_headers(response: HttpResponseBase, decision: Decision) -> None:
     now = decision.decided_at or time.time()  # the store's clock, when it was asked
     reset_at = math.ceil(decision.reset_at or now)
     name = _sf_string(rule)  # quoted once for both fields that name the rule
-    response[X_LIMIT] = str(limit)
-    response[X_REMAINING] = str(remaining)
-    response[X_RESET] = str(reset_at)
-    response[POLICY] = _policy(name, limit, decision.period)
-    response[RATELIMIT] = f"{name};r={remaining};t={max(0, reset_at - math.floor(now))}"
+    fields = (
+        (X_LIMIT, str(limit)),
+        (X_REMAINING, str(remaining)),
+        (X_RESET, str(reset_at)),
+        (POLICY, _policy(name, limit, decision.period)),
+        (RATELIMIT, f"{name};r={remaining};t={max(0, reset_at - math.floor(now))}"),
+    )
+    store = _header_store(response)
+    if store is None:
+        for field, value in fields:
+            response[field] = value
+        return
+    # Every value is digits or printable ASCII (_sf_string), which Django's checks (latin-1,
+    # no newline) would only confirm: five of them cost about as much as our whole decision
+    # around the store call, under ASGI where the caches are cold.
+    for field, value in fields:
+        store[_LOWER[field]] = (field, value)
+
+
+def has_field(response: HttpResponseBase, field: str) -> bool:
+    """``response.has_header(field)`` for the fields of this module, without the KeyError
+    Django raises and catches inside it for an absent one."""
+    store = _header_store(response)
+    return response.has_header(field) if store is None else _LOWER[field] in store
+
+
+_LOWER = {
+    field: field.lower()
+    for field in (RETRY_AFTER, X_LIMIT, X_REMAINING, X_RESET, POLICY, RATELIMIT)
+}
+
+
+def _header_store(response: HttpResponseBase) -> dict[str, tuple[str, str]] | None:
+    """The dict behind Django's ResponseHeaders (lowercased name: (name, value)), or None
+    where the fields must be set by name: headers of another kind, a response class with its
+    own ``__setitem__`` or ``has_header``, or a Django that keeps its headers otherwise."""
+    cls, headers = type(response), response.headers
+    if (
+        type(headers) is not ResponseHeaders
+        or cls.__setitem__ is not _SET_FIELD
+        or cls.has_header is not _HAS_FIELD
+    ):
+        return None
+    store = getattr(headers, "_store", None)
+    return store if type(store) is dict else None
+
+
+_SET_FIELD, _HAS_FIELD = HttpResponseBase.__setitem__, HttpResponseBase.has_header
 
 
 def wants_json(request: HttpRequest) -> bool:

@@ -35,6 +35,8 @@ PLAIN = "/plain/"
 DECISIONS = "django_throttle_decisions_total"
 FALLBACK = "django_throttle_fallback_decisions_total"
 STORE_COUNT = "django_throttle_store_seconds_count"
+STORE_BUCKET = "django_throttle_store_seconds_bucket"
+STORE_SUM = "django_throttle_store_seconds_sum"
 STORE_AVAILABLE = "django_throttle_store_available"
 
 
@@ -206,6 +208,10 @@ def test_multiprocess_mode_adds_up_the_workers(tmp_path: Any) -> None:
     MultiProcessCollector(registry, path=str(tmp_path))
     assert registry.get_sample_value(DECISIONS, {"rule": "api", "outcome": "allowed"}) == 2
     assert registry.get_sample_value(STORE_COUNT) == 2
+    # Each worker's 0.0003 s in the bucket up to 0.0005 s and not below, and in the sum.
+    assert registry.get_sample_value(STORE_BUCKET, {"le": "0.0005"}) == 2
+    assert registry.get_sample_value(STORE_BUCKET, {"le": "0.00025"}) == 0
+    assert registry.get_sample_value(STORE_SUM) == pytest.approx(0.0006)
     # Both workers have exited; a "live" gauge shows only processes not marked dead, which
     # nothing here does: the lowest of the two is the one whose breaker is open.
     assert registry.get_sample_value(STORE_AVAILABLE) == 0
@@ -274,6 +280,65 @@ def test_metrics_off_records_nothing(configure: Any, client: Any, managed: Redis
     metrics.block_cache_hit("open")
     metrics.log_flushed(True)
     assert snapshot() == before
+
+
+# The store's histogram and the counters are fed through their value objects
+# (metrics._observer, metrics._increment): they must hold what prometheus_client's own
+# observe() and inc() would.
+AMOUNTS = (0.0, 1e-9, 0.0001, 0.00010001, 0.00025, 0.0004, 0.1, 0.25, 0.2500001, 7.0)
+
+
+def _samples(registry: CollectorRegistry) -> list[tuple[str, dict[str, str], float]]:
+    return [
+        (sample.name, sample.labels, sample.value)
+        for family in registry.collect()
+        for sample in family.samples
+        if not sample.name.endswith("_created")
+    ]
+
+
+def _histogram(registry: CollectorRegistry) -> Any:
+    from prometheus_client import Histogram
+
+    return Histogram("h", "h", buckets=metrics.STORE_BUCKETS, registry=registry)
+
+
+def test_the_store_histogram_fed_directly_holds_what_observe_gives() -> None:
+    public, direct = CollectorRegistry(), CollectorRegistry()
+    by_observe, fed = _histogram(public), _histogram(direct)
+    observe = metrics._observer(fed)
+    assert observe != fed.observe  # prometheus_client 0.26's layout: fed directly
+    for amount in AMOUNTS:
+        by_observe.observe(amount)
+        observe(amount)
+    assert _samples(direct) == _samples(public)
+    assert direct.get_sample_value("h_bucket", {"le": "0.0001"}) == 3  # a bound is its bucket's
+
+
+def test_counters_fed_directly_hold_what_inc_gives() -> None:
+    from prometheus_client import Counter
+
+    public, direct = CollectorRegistry(), CollectorRegistry()
+    by_inc = Counter("c", "c", ("rule",), registry=public)
+    fed = Counter("c", "c", ("rule",), registry=direct)
+    for rule_name, times in (("a", 3), ("b", 1)):
+        inc = metrics._increment(fed.labels(rule_name))
+        for _ in range(times):
+            by_inc.labels(rule_name).inc()
+            inc(1)
+    assert _samples(direct) == _samples(public)
+
+
+def test_a_layout_other_than_prometheus_clients_own_is_fed_through_its_methods() -> None:
+    from prometheus_client import Counter
+
+    registry = CollectorRegistry()
+    histogram = _histogram(registry)
+    del histogram._upper_bounds  # as a release that keeps its buckets otherwise would
+    assert metrics._observer(histogram) == histogram.observe
+    child = Counter("c", "c", ("rule",), registry=registry).labels("a")
+    del child._value
+    assert metrics._increment(child) == child.inc
 
 
 def test_block_cache_hits_and_log_flushes_are_counted() -> None:

@@ -33,6 +33,109 @@ def headers_off(settings: Any) -> None:
     settings.DJANGO_THROTTLE = {**settings.DJANGO_THROTTLE, "HEADERS": False}
 
 
+# -- how the fields are written ------------------------------------------------------------
+
+
+def _decision(rule_name: str) -> Any:
+    from django_throttle.decision import Decision
+
+    return Decision(True, 10, 7, 2_000_000_060.2, 0.0, rule_name, 60, decided_at=2_000_000_001.5)
+
+
+class _OwnHeaders(django.http.response.ResponseHeaders):
+    """Headers of a kind Django does not make: written through __setitem__ only."""
+
+    written: list[str]
+
+    def __setitem__(self, key: str, value: str) -> None:
+        self.written.append(key)
+        super().__setitem__(key, value)
+
+
+@pytest.mark.parametrize(
+    ("name", "quoted"),
+    [
+        ("plain", '"plain"'),
+        ('a "quoted\\" rule', r'"a \"quoted\\\" rule"'),
+        ("r\u00e9gle\nbr\u00fbl\u00e9e \u2603", '"r?gle?br?l?e ?"'),
+    ],
+)
+def test_fields_written_into_djangos_header_store_read_as_set_by_name(
+    name: str, quoted: str
+) -> None:
+    """add_headers() fills ResponseHeaders' dict directly; the response carries, sends and
+    serializes exactly what setting each field by name gives, whatever the rule's name."""
+    from django.http import HttpResponse
+
+    from django_throttle.responses import (
+        POLICY,
+        RATELIMIT,
+        X_LIMIT,
+        X_REMAINING,
+        X_RESET,
+        _header_store,
+        add_headers,
+    )
+
+    direct, by_name = HttpResponse("x"), HttpResponse("x")
+    assert _header_store(direct) is not None  # Django's own kind: the direct way is taken
+    add_headers(direct, _decision(name))
+    expected = {
+        X_LIMIT: "10",
+        X_REMAINING: "7",
+        X_RESET: "2000000061",
+        POLICY: f"{quoted};q=10;w=60",
+        RATELIMIT: f"{quoted};r=7;t=60",
+    }
+    for field, value in expected.items():
+        by_name[field] = value
+    assert dict(direct.items()) == dict(by_name.items())
+    assert direct.serialize_headers() == by_name.serialize_headers()
+    assert all(direct.has_header(field.upper()) for field in expected)
+
+
+def test_headers_of_another_kind_get_the_fields_by_name() -> None:
+    from django.http import HttpResponse
+
+    from django_throttle.responses import RETRY_AFTER, X_LIMIT, add_headers, has_field
+
+    response = HttpResponse("x")
+    response.headers = own = _OwnHeaders({})
+    own.written = []
+    assert not has_field(response, X_LIMIT)
+    add_headers(response, _decision("plain"))
+    assert own.written == [*RATE_HEADERS, *IETF_HEADERS]
+    assert has_field(response, X_LIMIT) and not has_field(response, RETRY_AFTER)
+
+
+def test_a_response_class_with_its_own_setitem_gets_the_fields_through_it() -> None:
+    from django.http import HttpResponse
+
+    from django_throttle.responses import X_LIMIT, add_headers, has_field
+
+    class Recording(HttpResponse):
+        def __setitem__(self, header: str, value: str) -> None:
+            self.written.append(header)
+            super().__setitem__(header, value)
+
+    response = Recording("x")
+    response.written = []
+    add_headers(response, _decision("plain"))
+    assert response.written == [*RATE_HEADERS, *IETF_HEADERS]
+    assert has_field(response, X_LIMIT)
+
+
+def test_a_field_the_view_set_in_any_case_is_found() -> None:
+    from django.http import HttpResponse
+
+    from django_throttle.responses import RETRY_AFTER, X_LIMIT, has_field
+
+    response = HttpResponse("x")
+    assert not has_field(response, X_LIMIT)
+    response["x-ratelimit-LIMIT"] = "3"
+    assert has_field(response, X_LIMIT) and not has_field(response, RETRY_AFTER)
+
+
 # -- headers on admitted responses --------------------------------------------------------
 
 

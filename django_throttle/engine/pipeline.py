@@ -28,7 +28,14 @@ from ..conf import conf
 from ..decision import Decision, unavailable
 from ..rejection_log import RejectionLog, sizing
 from ..rejection_log.sizing import SIZE_BOUNDS
-from ..responses import RETRY_AFTER, X_LIMIT, add_headers, rejected, retry_after_seconds
+from ..responses import (
+    RETRY_AFTER,
+    X_LIMIT,
+    add_headers,
+    has_field,
+    rejected,
+    retry_after_seconds,
+)
 from ..rules import ScopeSpec, request_rules
 from ..runtime import current
 from ..signals import request_throttled
@@ -724,10 +731,10 @@ def _written(request: Any, state: RequestState, parts: Parts, response: Any) -> 
     if (
         decision is not None
         and (parts.headers or not decision.allowed)
-        and not response.has_header(X_LIMIT)
+        and not has_field(response, X_LIMIT)
     ):
         add_headers(response, decision)
-        if response.status_code in (429, 503) and not response.has_header(RETRY_AFTER):
+        if response.status_code in (429, 503) and not has_field(response, RETRY_AFTER):
             response[RETRY_AFTER] = str(retry_after_seconds(decision))
     return response
 
