@@ -29,6 +29,7 @@ ASYNC_FLOOR = "ASGI: floor, a middleware awaiting one redis.asyncio EVALSHA"
 LEAN_FLOOR = "ASGI: floor, a middleware awaiting one lean-connection EVALSHA"
 LEAN_WINDOW = "ASGI: floor, a middleware awaiting the minimal fixed window (lean connection)"
 FALLBACK = "ASGI: ThrottleMiddleware, 1 rule, on redis.asyncio's connections"
+BARE = "ASGI: ThrottleMiddleware, 1 rule, HEADERS and METRICS off"
 ASGI_TARGET = 1.3  # issue 24: the added time under ASGI, at most this times that under WSGI
 FLOOR_TARGETS = {"ASGI": 1.5, "WSGI": 1.3}  # issue 29: added time over its floor's
 
@@ -140,9 +141,14 @@ def async_evalshas(url: str, loop: asyncio.AbstractEventLoop) -> list[Case]:
 
 
 def asgi_case(
-    name: str, throttled: bool, loop: asyncio.AbstractEventLoop, extra: str | None = None
+    name: str,
+    throttled: bool,
+    loop: asyncio.AbstractEventLoop,
+    extra: str | None = None,
+    before: Callable[[], None] = lambda: None,
 ) -> Case:
-    """GETs of /p/ through Django's ASGI handler on ``loop``, as the tests send them."""
+    """GETs of /p/ through Django's ASGI handler on ``loop``, as the tests send them;
+    ``before`` runs untimed before each one."""
     from tests.traffic import asgi_get
 
     app, addrs = handler(throttled, extra, asgi=True), harness.addresses(N_CLIENTS)
@@ -151,7 +157,20 @@ def asgi_case(
         status, _ = loop.run_until_complete(asgi_get(app, "/p/", client_ip=address))
         assert status == 200, status
 
-    return Case(name, call, lambda i: addrs[i % N_CLIENTS])
+    return Case(name, call, lambda i: before() or addrs[i % N_CLIENTS])
+
+
+def extras(on: bool) -> Callable[[], None]:
+    """Turns the rate-limit headers of admitted responses (HEADERS) and the metrics on or off."""
+    from django_throttle import metrics
+    from django_throttle.engine.request_state import Parts
+    from django_throttle.runtime import current
+
+    def switch() -> None:
+        metrics.switch.on = on
+        current.runtime.part(Parts).headers = on
+
+    return switch
 
 
 def fallback_case() -> tuple[Case, asyncio.AbstractEventLoop]:
@@ -161,7 +180,7 @@ def fallback_case() -> tuple[Case, asyncio.AbstractEventLoop]:
     from django_throttle.store import aio_connection
 
     loop = asyncio.new_event_loop()
-    case = asgi_case(FALLBACK, True, loop)
+    case = asgi_case(FALLBACK, True, loop, before=extras(True))
     aio_connection.HIREDIS = False
     try:
         case.op(case.prep(0))  # the loop's store is made now
@@ -209,19 +228,20 @@ def asgi(url: str, rounds: int, per_round: int) -> None:
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     fallback, fallback_loop = fallback_case()
-    floor = f"{__name__}.{{}}RoundTripMiddleware"
+    floor, on = f"{__name__}.{{}}RoundTripMiddleware", extras(True)
     cases = [
         harness.raw_evalsha(url),
         *async_evalshas(url, loop),
         harness.request_case("WSGI: Django, no throttling", handler(False), "/p/"),
-        harness.request_case("WSGI: ThrottleMiddleware, 1 rule", handler(True), "/p/"),
+        harness.request_case("WSGI: ThrottleMiddleware, 1 rule", handler(True), "/p/", before=on),
         asgi_case("ASGI: Django, no throttling", False, loop),
-        asgi_case("ASGI: ThrottleMiddleware, 1 rule", True, loop),
+        asgi_case("ASGI: ThrottleMiddleware, 1 rule", True, loop, before=on),
         fallback,
         harness.request_case(WSGI_FLOOR, handler(False, floor.format("")), "/p/"),
         asgi_case(ASYNC_FLOOR, False, loop, floor.format("Async")),
         asgi_case(LEAN_FLOOR, False, loop, floor.format("Lean")),
         asgi_case(LEAN_WINDOW, False, loop, floor.format("LeanWindow")),
+        asgi_case(BARE, True, loop, before=extras(False)),
     ]
     wsgi_base, wsgi_throttled, asgi_base, asgi_throttled = cases[3:7]
     harness.print_machine()
@@ -248,7 +268,8 @@ def asgi(url: str, rounds: int, per_round: int) -> None:
     # How much of the ASGI gap is the script's own work in Redis, which `return 1` skips.
     print(
         f"ASGI: against a floor running the minimal fixed window ({added[LEAN_WINDOW]:.1f} µs): "
-        f"{asgi_added / added[LEAN_WINDOW]:.2f}x"
+        f"{asgi_added / added[LEAN_WINDOW]:.2f}x; with HEADERS and METRICS off it adds "
+        f"{added[BARE]:.1f} µs: {added[BARE] / added[LEAN_FLOOR]:.2f}x its floor"
     )
     ratio, before = asgi_added / wsgi_added, added[FALLBACK]
     print(
