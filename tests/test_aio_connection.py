@@ -192,6 +192,38 @@ def test_a_connection_the_server_closed_while_idle_is_replaced(
     assert with_stack(redis_server.url, body) == [b"PONG", True]
 
 
+def test_a_waiting_decision_handed_a_connection_the_server_closed_waits_for_an_open_one(
+    managed: RedisServer,
+) -> None:
+    """A decision waiting its turn (the one connect at a time is being made) may be handed a
+    connection that the server closed after its last reply (a Sentinel demotion's CLIENT KILL):
+    it is not sent on, and the decision waits for an open connection."""
+
+    async def body(stack: LeanConnectionStack) -> list[Any]:
+        held = await stack.take()
+        with managed.client() as admin:
+            admin.client_kill_filter(_id=await held.send(aio_connection.pack(("CLIENT", "ID"))))
+        await asyncio.sleep(0.05)  # the loop reads the close
+        assert held.closed
+        managed.pause()  # the next connect waits for the server's answer to its handshake
+        try:
+            connecting = asyncio.ensure_future(stack.take())
+            waiting = asyncio.ensure_future(stack.take())
+            await asyncio.sleep(0.01)
+            stack.give(held)  # as run_packed() hands a connection on after its reply
+            await asyncio.sleep(0.01)
+            handed_on = waiting.done()
+        finally:
+            managed.resume()
+        got, made = await asyncio.gather(waiting, connecting)
+        reply = await got.send(aio_connection.pack(("PING",)))
+        stack.give(got)
+        stack.give(made)
+        return [handed_on, got is held, reply]
+
+    assert with_stack(managed.url, body) == [False, False, b"PONG"]
+
+
 def test_a_server_killed_while_idle_raises_once_and_recovers(managed: RedisServer) -> None:
     async def body(stack: LeanConnectionStack) -> Any:
         await stack.execute("PING")

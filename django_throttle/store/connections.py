@@ -489,7 +489,9 @@ class LoopStack:
             if self._connecting < MAX_CONNECTING:
                 return await self._connect_one()
             conn = await self._wait()
-            if conn is not None:
+            # Handed on after its last reply, it may have been closed since (a Sentinel
+            # demotion's CLIENT KILL): nothing was sent on it, so no fault; wait on.
+            if conn is not None and await self._usable(conn):
                 return conn
 
     async def _connect_one(self) -> Any:
