@@ -132,9 +132,8 @@ class Instruments:
         )
         self.store_available.set(1)
         self.observe_store = _observer(self.store_seconds)
-        # labels() takes a lock and builds a tuple on every call: the children's increments are
-        # kept.
-        self._children: dict[tuple[Counter | str, ...], Increment] = {}
+        # labels() takes a lock and builds a tuple on every call: each child's increment is kept.
+        self._increments: dict[tuple[Counter | str, ...], Increment] = {}
         self.state_lock = threading.Lock()
 
     def show_available(self, available: Callable[[], bool]) -> None:
@@ -143,9 +142,9 @@ class Instruments:
 
     def count(self, counter: Counter, *labels: str) -> None:
         key: tuple[Counter | str, ...] = (counter, *labels)
-        child = self._children.get(key)
+        child = self._increments.get(key)
         if child is None:
-            child = self._children[key] = _increment(counter.labels(*labels))
+            child = self._increments[key] = _increment(counter.labels(*labels))
         child(1)
 
     def count_results(
@@ -159,14 +158,14 @@ class Instruments:
         each admitted one with at most that many left as near its limit too."""
         # count() inlined, and one pass for both counters: this runs for every rule of every
         # request.
-        children = self._children
+        increments = self._increments
         for result in results:
             rule = result.rule
             if result.allowed:
                 key = (counter, rule.name, ALLOWED)
-                child = children.get(key)
+                child = increments.get(key)
                 if child is None:
-                    child = children[key] = _increment(counter.labels(rule.name, ALLOWED))
+                    child = increments[key] = _increment(counter.labels(rule.name, ALLOWED))
                 child(1)
                 if most_remaining is None:
                     continue
@@ -176,16 +175,16 @@ class Instruments:
                     most = most_remaining[limit] = near_most(limit, conf.NEAR_LIMIT_RATIO)
                 if result.remaining <= most:
                     near_key = (self.near_limit, rule.name)
-                    child = children.get(near_key)
+                    child = increments.get(near_key)
                     if child is None:
-                        child = children[near_key] = _increment(self.near_limit.labels(rule.name))
+                        child = increments[near_key] = _increment(self.near_limit.labels(rule.name))
                     child(1)
             else:
                 outcome = REJECTED if rule.enforcing else SHADOW_REJECTED
                 key = (counter, rule.name, outcome)
-                child = children.get(key)
+                child = increments.get(key)
                 if child is None:
-                    child = children[key] = _increment(counter.labels(rule.name, outcome))
+                    child = increments[key] = _increment(counter.labels(rule.name, outcome))
                 child(1)
 
 

@@ -27,6 +27,7 @@ from django_throttle.store import Check, RedisStore
 from django_throttle.store.connections import ConnectionStack, demoted, keeps
 
 from .engine_helpers import make_rule
+from .traffic import wait_until
 
 # Stale connections are detected by the parser's can_read(), which differs per parser.
 PARSERS = {
@@ -392,3 +393,37 @@ def test_async_commands_have_one_deadline_and_the_handshake_its_own(redis_server
 
 
 SHA_ONE = "e0e1f9fabfc9d4800c877a703b823ac0578ff8db"  # of "return 1"
+
+
+def test_a_connection_given_back_after_the_store_closed_is_closed(
+    redis_server: Any, redis_client: Any
+) -> None:
+    """A decision another thread has in flight as the store closes (settings changed, the
+    runtime rebuilt) gives its connection back afterwards: it is closed then, not kept open
+    in a stack nothing will close (the garbage collector would, with a ResourceWarning)."""
+    client = redis_server.client(client_name=NAME)
+    store = RedisStore(client)
+    stack = store._stack
+    assert stack is not None
+    sent = threading.Event()
+
+    def in_flight() -> None:
+        conn = stack.take()
+        sent.set()
+        # The server answers 0.3 s later; meanwhile the store is closed.
+        assert stack.send(conn, ("DEBUG", "SLEEP", "0.3")) == b"OK"
+        stack.give(conn)
+
+    thread = threading.Thread(target=in_flight)
+    thread.start()
+    assert sent.wait(5)
+    store.close()
+    thread.join()
+    # (The server learns of a close on its next turn: looked for until it has.)
+    wait_until(lambda: client_ids(redis_client) == set(), within=5)
+    # A closed store still answers (a request that raced the close), on a connection it
+    # closes after use.
+    rule = make_rule("fixed_window", limit=10)
+    assert store.decide([Check(rule, "late")])[0].allowed
+    wait_until(lambda: client_ids(redis_client) == set(), within=5)
+    client.close()

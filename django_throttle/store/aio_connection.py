@@ -409,8 +409,7 @@ class LeanConnectionStack(LoopStack):
 
     def _follows(self, conn: LeanConnection) -> bool:
         """Whether a connection reaches the primary last heard of (any, if none yet)."""
-        named = self._named()
-        primary = self._promotion.instead_of(named) or named
+        primary = self._promotion.primary(self._named())
         if primary is None or conn.address == tuple(primary):
             return True
         conn.close()

@@ -479,7 +479,7 @@ class ClusterStore(_Cluster):
     def close(self) -> None:
         stacks, self._stacks = list(self._stacks.values()), {}
         for stack in stacks:
-            stack.disconnect()
+            stack.close()
         self.client.close()
 
     def _refresh(self) -> None:

@@ -183,8 +183,7 @@ class ConnectionStack:
     def primary(self) -> Any:
         """A Sentinel pool's primary for decisions: the one the Sentinels name, or the replica
         found promoted (promoted()) while they still name the old one."""
-        named = self.pool.master_address
-        return self._promotion.instead_of(named) or named
+        return self._promotion.primary(self.pool.master_address)
 
     def promoted(self, conn: Any) -> bool:
         """After ``conn``'s primary refused a write with NOREPLICAS: whether another server is
@@ -260,14 +259,31 @@ class ConnectionStack:
             self.disconnect()
 
     def disconnect(self) -> None:
-        idle, self._idle = self._idle, []
+        idle, self._idle = self._idle, self._emptied()
         for conn in idle:
             conn.disconnect()
+
+    def close(self) -> None:
+        """disconnect() for good: a connection given back later (by a decision another thread
+        had in flight) is closed, not kept where nothing would close it."""
+        idle, self._idle = self._idle, _Closing()
+        for conn in idle:
+            conn.disconnect()
+
+    def _emptied(self) -> list[Any]:
+        return _Closing() if isinstance(self._idle, _Closing) else []
 
     def _forget(self) -> None:
         # In a forked child the sockets are the parent's: drop them without a word on the
         # wire (redis-py's Connection only closes the child's descriptor).
-        self._idle = []
+        self._idle = self._emptied()
+
+
+class _Closing(list[Any]):
+    """A closed stack's idle connections: none, each one given back closed at once."""
+
+    def append(self, conn: Any) -> None:
+        conn.disconnect()
 
 
 def call(conn: Any, command: Command) -> Any:

@@ -77,6 +77,11 @@ class Promotion:
         self.pair = None  # the Sentinels name the new primary now
         return None
 
+    def primary(self, named: Any) -> Any:
+        """Where decisions go: the promoted server instead of ``named`` (instead_of()), else
+        ``named`` itself."""
+        return self.instead_of(named) or named
+
     def found(self, fenced: Address, address: Address) -> None:
         """``address`` was promoted from ``fenced``, the primary that refused a write."""
         self.pair = (tuple(fenced), address)

@@ -77,7 +77,7 @@ class RedisStore:
     def close(self) -> None:
         """Close the store's own connections (never those of django-redis's pool)."""
         if self._stack is not None:
-            self._stack.disconnect()
+            self._stack.close()
         if self.owns_pool:
             self.client.connection_pool.disconnect()
 
