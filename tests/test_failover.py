@@ -222,6 +222,35 @@ def test_async_sentinel_decisions_on_lean_connections(settings: Any, group: Sent
         assert direct.info("commandstats")["cmdstat_evalsha"]["calls"] >= 3
 
 
+def test_closing_the_store_closes_its_connections_to_the_sentinels(
+    settings: Any, group: SentinelGroup
+) -> None:
+    """The store asks Sentinels of its own (with the decision timeouts): closing it closes those
+    connections too, not only the primary's; else they wait for the garbage collector."""
+    throttle_settings(settings, sentinel_cache(group))
+    store = RedisStore.from_cache("default")
+    assert store.decide([Check(make_rule("fixed_window", 5), "ip:1")])[0].allowed
+    sentinels = store.client.connection_pool.sentinel_manager.sentinels
+    ours = {
+        "{}:{}".format(*conn._sock.getsockname())
+        for sentinel in sentinels
+        for conn in sentinel.connection_pool._available_connections
+        if conn._sock is not None
+    }
+    assert ours  # the primary was asked of them
+
+    def still_open() -> set[str]:
+        seen = set()
+        for _, port in group.sentinels:
+            with closing(redis.Redis(port=port, socket_timeout=5)) as sentinel:
+                seen |= {c["addr"] for c in sentinel.client_list()}
+        return ours & seen
+
+    assert still_open() == ours
+    store.close()
+    wait_until(lambda: not still_open(), within=5)
+
+
 @pytest.mark.django_db
 @pytest.mark.parametrize("asgi", [False, True], ids=["wsgi", "asgi"])
 def test_a_hung_sentinel_primary_costs_one_decision_timeout(

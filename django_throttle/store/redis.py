@@ -79,7 +79,12 @@ class RedisStore:
         if self._stack is not None:
             self._stack.close()
         if self.owns_pool:
-            self.client.connection_pool.disconnect()
+            pool = self.client.connection_pool
+            pool.disconnect()
+            # A Sentinel pool made here asks Sentinels of its own (client_from_cache()).
+            manager = getattr(pool, "sentinel_manager", None)
+            for sentinel in getattr(manager, "sentinels", ()):
+                sentinel.close()
 
     def _run_on_client(self, sha: str, source: str, *args: Any) -> Any:
         command = ("EVALSHA", sha, *args)
