@@ -31,6 +31,7 @@ from django_throttle.store.aio_connection import LeanConnectionStack, async_stac
 from django_throttle.store.connections import AsyncConnectionStack
 from django_throttle.store.redis import AsyncRedisStore
 from tests.redis_server import RedisServer
+from tests.traffic import wait_until
 
 T = TypeVar("T")
 TIMEOUT = 0.2
@@ -222,6 +223,46 @@ def test_a_waiting_decision_handed_a_connection_the_server_closed_waits_for_an_o
         return [handed_on, got is held, reply]
 
     assert with_stack(managed.url, body) == [False, False, b"PONG"]
+
+
+@pytest.mark.parametrize("kind", ["lean", "redis.asyncio"])
+def test_a_connection_given_back_after_the_store_closed_is_closed(
+    managed: RedisServer, redis_client: Any, kind: str
+) -> None:
+    """A decision in flight as its store closes (the runtime rebuilt, the loop's store closed)
+    gives its connection back once the reply comes: it is closed then, not kept open in a
+    stack nothing will close (the garbage collector would, with a ResourceWarning)."""
+
+    def named() -> set[int]:
+        return {int(c["id"]) for c in redis_client.client_list() if c["name"] == NAME}
+
+    async def body() -> list[Any]:
+        client = redis.asyncio.Redis.from_url(
+            managed.url, socket_timeout=1.0, socket_connect_timeout=1.0, client_name=NAME
+        )
+        pool = client.connection_pool
+        stack: Any = (
+            async_stack(pool, one_deadline=True)
+            if kind == "lean"
+            else AsyncConnectionStack(pool, one_deadline=True)
+        )
+        assert isinstance(stack, LeanConnectionStack) == (kind == "lean")
+        await stack.run_script(SHA_ONE, "return 1", 0)  # one idle connection, the script loaded
+        managed.pause()  # what is sent now is answered once the server resumes
+        try:
+            in_flight = asyncio.ensure_future(stack.run_script(SHA_ONE, "return 1", 0))
+            await asyncio.sleep(0.05)  # sent on the idle connection
+            await stack.disconnect()  # as the store's aclose() does
+        finally:
+            managed.resume()
+        reply = await in_flight
+        await asyncio.sleep(0.05)  # a redis.asyncio connection is closed by a task
+        await client.aclose()
+        return [reply, stack._idle == []]
+
+    assert asyncio.run(body()) == [1, True]
+    # (The server learns of a close on its next turn: looked for until it has.)
+    wait_until(lambda: named() == set(), within=5)
 
 
 def test_a_server_killed_while_idle_raises_once_and_recovers(managed: RedisServer) -> None:

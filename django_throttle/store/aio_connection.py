@@ -437,6 +437,9 @@ class LeanConnectionStack(LoopStack):
     async def _close(self, conn: LeanConnection) -> None:
         conn.close()
 
+    def _drop(self, conn: LeanConnection) -> None:
+        conn.close()
+
     def send(self, conn: LeanConnection, command: Command) -> asyncio.Future[Any]:
         return conn.send(command if isinstance(command, bytes) else pack(command))
 
@@ -466,7 +469,7 @@ class LeanConnectionStack(LoopStack):
         if self._waiters:
             self.give(conn)
         else:
-            idle.append(conn)
+            self._idle.append(conn)  # not ``idle``: disconnect() may have replaced it meanwhile
         return reply
 
 

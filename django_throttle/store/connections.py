@@ -266,12 +266,12 @@ class ConnectionStack:
     def close(self) -> None:
         """disconnect() for good: a connection given back later (by a decision another thread
         had in flight) is closed, not kept where nothing would close it."""
-        idle, self._idle = self._idle, _Closing()
+        idle, self._idle = self._idle, _Closing(_disconnect)
         for conn in idle:
             conn.disconnect()
 
     def _emptied(self) -> list[Any]:
-        return _Closing() if isinstance(self._idle, _Closing) else []
+        return _emptied(self._idle)
 
     def _forget(self) -> None:
         # In a forked child the sockets are the parent's: drop them without a word on the
@@ -280,10 +280,24 @@ class ConnectionStack:
 
 
 class _Closing(list[Any]):
-    """A closed stack's idle connections: none, each one given back closed at once."""
+    """A closed stack's idle connections: none, each one given back closed at once by
+    ``close``."""
+
+    def __init__(self, close: Callable[[Any], object]) -> None:
+        super().__init__()
+        self.close = close
 
     def append(self, conn: Any) -> None:
-        conn.disconnect()
+        self.close(conn)
+
+
+def _emptied(idle: list[Any]) -> list[Any]:
+    """A stack's idle list once its connections are taken out: closed if it was."""
+    return idle if isinstance(idle, _Closing) else []
+
+
+def _disconnect(conn: Any) -> None:
+    conn.disconnect()
 
 
 def call(conn: Any, command: Command) -> Any:
@@ -473,6 +487,7 @@ class LoopStack:
         # error of the connect they waited for.
         self._waiters: deque[asyncio.Future[Any]] = deque()
         self._connecting = 0
+        self._closing: set[asyncio.Task[None]] = set()  # _drop()'s, held until they end
 
     async def _connect(self) -> Any:
         raise NotImplementedError
@@ -483,6 +498,12 @@ class LoopStack:
 
     async def _close(self, conn: Any) -> None:
         raise NotImplementedError
+
+    def _drop(self, conn: Any) -> None:
+        """Close a connection given back after disconnect(), from the code giving it back."""
+        task = asyncio.get_running_loop().create_task(self._close(conn))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     def send(self, conn: Any, command: Command) -> Any:
         """One command on a connection this stack took: an awaitable of its reply."""
@@ -578,13 +599,15 @@ class LoopStack:
         """Close a connection that failed; after a store error, the idle ones too."""
         await self._close(conn)
         if isinstance(error, Exception):  # not a cancelled task: the server failed
-            idle, self._idle = self._idle, []
+            idle, self._idle = self._idle, _emptied(self._idle)
             for other in idle:
                 await self._close(other)
         self.give(None)  # it is not given back: a waiter connects instead
 
     async def disconnect(self) -> None:
-        idle, self._idle = self._idle, []
+        """Close the connections for good (the store closes): one a decision in flight gives
+        back later is closed then, not kept where nothing would close it."""
+        idle, self._idle = self._idle, _Closing(self._drop)
         for conn in idle:
             await self._close(conn)
         waiters, self._waiters = self._waiters, deque()
