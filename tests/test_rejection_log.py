@@ -89,8 +89,10 @@ def totals() -> dict[tuple[str, str], int]:
     return out
 
 
-def minute_ago(minutes: float) -> float:
-    return time.time() - minutes * 60
+def minute_ago(minutes: float, now: float) -> float:
+    """``minutes`` before ``now``, one reading of the clock for the whole test: read anew each
+    time, a minute boundary crossed on the way would put two "different" minutes in one."""
+    return now - minutes * 60
 
 
 # -- any identity is stored or safely replaced ----------------------------------------------
@@ -251,11 +253,11 @@ def add_minute(rule_name: str, minute: float, clients: int, heavy: int = 0, crow
 def test_compaction_merges_old_minutes_keeping_the_totals_and_the_largest_clients():
     now = time.time()
     for ago in range(3 * 60, 3 * 60 + 30):  # half an hour, three hours ago
-        add_minute("flood", minute_ago(ago), 147, heavy=3, crowd=ago * 1000)
-        add_minute("login", minute_ago(ago), 2)
+        add_minute("flood", minute_ago(ago, now), 147, heavy=3, crowd=ago * 1000)
+        add_minute("login", minute_ago(ago, now), 2)
     for ago in range(3 * 24 * 60, 3 * 24 * 60 + 10):  # three days ago
-        add_minute("flood", minute_ago(ago), 27, heavy=3, crowd=ago * 1000)
-    add_minute("flood", minute_ago(5), 10)  # in the hour: left as it is
+        add_minute("flood", minute_ago(ago, now), 27, heavy=3, crowd=ago * 1000)
+    add_minute("flood", minute_ago(5, now), 10)  # in the hour: left as it is
     before, rows_before = totals(), Rejection.objects.count()
     week_before = dashboard_data(None, "week")
 
@@ -288,9 +290,9 @@ def test_minutes_written_past_the_bounds_are_trimmed_to_them():
     """Processes writing their own counts while Redis failed, or rows from before the
     bounds: a past minute is cut down to the bounds, its totals kept."""
     now = time.time()
-    add_minute("api", minute_ago(10), 500, heavy=3)
-    add_minute("login", minute_ago(10), 3, crowd=10_000)
-    add_minute("api", minute_ago(0.5), 300)  # the current minute: not complete yet
+    add_minute("api", minute_ago(10, now), 500, heavy=3)
+    add_minute("login", minute_ago(10, now), 3, crowd=10_000)
+    add_minute("api", minute_ago(0.5, now), 300)  # the current minute: not complete yet
     before = totals()
 
     compact(now=now)
@@ -311,9 +313,9 @@ def test_minutes_written_past_the_bounds_are_trimmed_to_them():
 @DB
 def test_the_day_view_puts_quarter_hours_in_their_steps():
     now = time.time()
-    add_minute("api", minute_ago(3 * 60), 4)
-    add_minute("api", minute_ago(3 * 60 + 1), 4)
-    add_minute("api", minute_ago(10), 1)
+    add_minute("api", minute_ago(3 * 60, now), 4)
+    add_minute("api", minute_ago(3 * 60 + 1, now), 4)
+    add_minute("api", minute_ago(10, now), 1)
     compact(now=now)
     day = dashboard_data(None, "day")
     (series,) = day["series"]
@@ -327,8 +329,9 @@ def test_the_day_view_puts_quarter_hours_in_their_steps():
 
 @pytest.mark.django_db(transaction=True)
 def test_two_processes_compacting_at_once_never_count_twice():
+    now = time.time()
     for ago in range(2 * 24 * 60, 2 * 24 * 60 + 120):
-        add_minute("flood", minute_ago(ago), 20, heavy=2)
+        add_minute("flood", minute_ago(ago, now), 20, heavy=2)
     before = totals()
     errors: list[BaseException] = []
 
