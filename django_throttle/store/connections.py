@@ -259,7 +259,7 @@ class ConnectionStack:
             self.disconnect()
 
     def disconnect(self) -> None:
-        idle, self._idle = self._idle, self._emptied()
+        idle, self._idle = self._idle, _emptied(self._idle)
         for conn in idle:
             conn.disconnect()
 
@@ -270,13 +270,10 @@ class ConnectionStack:
         for conn in idle:
             conn.disconnect()
 
-    def _emptied(self) -> list[Any]:
-        return _emptied(self._idle)
-
     def _forget(self) -> None:
         # In a forked child the sockets are the parent's: drop them without a word on the
         # wire (redis-py's Connection only closes the child's descriptor).
-        self._idle = self._emptied()
+        self._idle = _emptied(self._idle)
 
 
 class _Closing(list[Any]):
