@@ -24,6 +24,13 @@ from django_throttle.store import Check, MemoryStore
 from tests.engine_helpers import ALGORITHMS, make_rule
 from tests.helpers import rule
 
+try:  # Python 3.11+
+    from re import _constants as sre_constants  # type: ignore[attr-defined]
+    from re import _parser as sre_parse  # type: ignore[attr-defined]
+except ImportError:  # Python 3.10
+    import sre_constants
+    import sre_parse
+
 pytestmark = pytest.mark.django_db
 
 FUZZ = settings(
@@ -199,6 +206,11 @@ scopes = st.one_of(
     st.sampled_from(["*", "/", "/api/", "/api /x", "login", "shop:cart", "a.b-c_d", "ß"]),
     st.sampled_from([r"^/users/\d+/$", "^", "^(?P<pk>[0-9]+)", r"^\w+$", "^a{2}"]),  # regexes
     st.sampled_from(["^(", "^[a-", "^a{2,1}", "^(?P<x>a)(?P<x>b)", "^*", "^\\", "^[[a]"]),
+    st.sampled_from(  # what Python compiles and RE2 cannot run, and its allowed neighbours
+        [r"^/(?=a)", r"^/(?<!a)b", r"^(a)\1", r"^(a)?(?(1)b)", r"^/\bx", r"^(?a)/\bx", "^$0"]
+        + [r"^/a$|^/b$", r"^/(a$)?", r"^/(a$)*", r"^(?m)/a$/b", r"^/(a{40}){25}", r"^/a{1001}"]
+        + [r"^/(a{40}){26}", r"^/((?a:\b)x)", r"^/a{1000}", r"^/(?:a$|b)c"]
+    ),
     st.sampled_from(["", " ", "**", "*login", "two words", "tab\there", " login ", "\u2003x"]),
     st.tuples(st.sampled_from(["", "/", "^", "*"]), st.text(CHARS, max_size=20)).map("".join),
     st.text(CHARS, min_size=250, max_size=260),  # around max_length
@@ -284,6 +296,46 @@ def is_scope_name(scope: str) -> bool:
     return not scope.startswith("*") and not any(c.isspace() for c in scope)
 
 
+# docs/bounds.md "What is refused": Python's syntax that RE2 cannot run, read off Python's own
+# parse of the pattern. (A program over 8 MiB is not judged here: it takes RE2's compiler to
+# know; tests/test_patterns_linear.py refuses one.)
+MAX_RE2_REPEAT = 1000
+_C = sre_constants
+NEVER_IN_RE2 = {_C.ASSERT, _C.ASSERT_NOT, _C.GROUPREF, _C.GROUPREF_EXISTS} | {
+    getattr(_C, name) for name in ("POSSESSIVE_REPEAT", "ATOMIC_GROUP") if hasattr(_C, name)
+}
+
+
+def re2_can_run(items: list[Any], flags: int, at_end: bool, repeats_left: int) -> bool:
+    """``at_end``: nothing can follow the last of ``items``; ``repeats_left``: what the
+    repeats around them leave of RE2's 1,000 (nested counts multiply)."""
+    for index, (op, av) in enumerate(items):
+        last = at_end and index == len(items) - 1
+        if op in NEVER_IN_RE2:
+            return False
+        if op in (_C.MAX_REPEAT, _C.MIN_REPEAT):
+            low, high, body = av
+            count = low if high == _C.MAXREPEAT else high
+            inner = repeats_left // count if count else repeats_left
+            if count > MAX_RE2_REPEAT or not inner:
+                return False
+            if not re2_can_run(list(body), flags, last and high <= 1, inner):
+                return False
+        elif op == _C.SUBPATTERN:
+            _group, add, remove, body = av
+            if not re2_can_run(list(body), (flags | add) & ~remove, last, repeats_left):
+                return False
+        elif op == _C.BRANCH:
+            if not all(re2_can_run(list(b), flags, last, repeats_left) for b in av[1]):
+                return False
+        elif op == _C.AT:
+            if av == _C.AT_END and not last and not flags & re.MULTILINE:
+                return False  # Python's $ also holds before a final newline
+            if av in (_C.AT_BOUNDARY, _C.AT_NON_BOUNDARY) and not flags & re.ASCII:
+                return False  # RE2's word characters are ASCII only
+    return True
+
+
 def contract_allows(fields: dict[str, Any]) -> bool:
     """The contract's rules for a Rule, written out independently of models.py."""
     scope = fields["scope"].strip()
@@ -294,7 +346,11 @@ def contract_allows(fields: dict[str, Any]) -> bool:
             with warnings.catch_warnings():
                 warnings.simplefilter("error")  # "Possible nested set": ambiguous, so bad
                 re.compile(scope)
-        except (re.error, Warning):
+                parsed = sre_parse.parse(scope)
+        except (re.error, Warning, OverflowError):
+            return False
+        flags = parsed.state.flags
+        if not re2_can_run(list(parsed), flags, at_end=True, repeats_left=MAX_RE2_REPEAT):
             return False
     elif scope != "*" and not scope.startswith("/") and not is_scope_name(scope):
         return False
