@@ -39,9 +39,10 @@ class ThrottleMiddleware:
         if self.is_async:
             markcoroutinefunction(self)
             # Django awaits an async process_view under ASGI instead of running a sync one
-            # in a thread. (The ignore: the instance attribute deliberately swaps the sync
-            # method for a coroutine function, which no static type can express.)
-            self.process_view = self._aprocess_view  # type: ignore[method-assign, assignment]
+            # in a thread; the engine's own, with no coroutine of ours around it. (The
+            # ignore: the instance attribute deliberately swaps the sync method for a
+            # coroutine function, which no static type can express.)
+            self.process_view = aenforce_view  # type: ignore[method-assign, assignment]
 
     def __call__(self, request: HttpRequest) -> Any:
         if self.is_async:
@@ -89,8 +90,3 @@ class ThrottleMiddleware:
         self, request: HttpRequest, view_func: Any, view_args: Any, view_kwargs: Any
     ) -> HttpResponse | None:
         return enforce_view(request, view_func)
-
-    async def _aprocess_view(
-        self, request: HttpRequest, view_func: Any, view_args: Any, view_kwargs: Any
-    ) -> HttpResponse | None:
-        return await aenforce_view(request, view_func)

@@ -59,6 +59,26 @@ def _policy(quoted_name: str, limit: int, period: int | None) -> str:
 
 def add_headers(response: HttpResponseBase, decision: Decision) -> None:
     """X-RateLimit-* and the IETF RateLimit-Policy / RateLimit fields of the deciding rule."""
+    _write(response, decision, _header_store(response))
+
+
+def add_missing_headers(response: HttpResponseBase, decision: Decision) -> None:
+    """add_headers() on a response without X-RateLimit-Limit (our own 429s have theirs), and
+    Retry-After on a 429 or 503 without one: what the response of a decided request gets on
+    its way out, with Django's header dict fetched once."""
+    store = _header_store(response)
+    if response.has_header(X_LIMIT) if store is None else _LOWER[X_LIMIT] in store:
+        return
+    _write(response, decision, store)
+    if response.status_code in (429, 503) and not (
+        response.has_header(RETRY_AFTER) if store is None else _LOWER[RETRY_AFTER] in store
+    ):
+        response[RETRY_AFTER] = str(retry_after_seconds(decision))
+
+
+def _write(
+    response: HttpResponseBase, decision: Decision, store: dict[str, tuple[str, str]] | None
+) -> None:
     rule, limit = decision.rule, decision.limit
     if rule is None or limit is None:
         return
@@ -73,7 +93,6 @@ def add_headers(response: HttpResponseBase, decision: Decision) -> None:
         (POLICY, _policy(name, limit, decision.period)),
         (RATELIMIT, f"{name};r={remaining};t={max(0, reset_at - math.floor(now))}"),
     )
-    store = _header_store(response)
     if store is None:
         for field, value in fields:
             response[field] = value
@@ -83,13 +102,6 @@ def add_headers(response: HttpResponseBase, decision: Decision) -> None:
     # under ASGI, where the caches are cold, and 6 under WSGI (docs/benchmarks.md).
     for field, value in fields:
         store[_LOWER[field]] = (field, value)
-
-
-def has_field(response: HttpResponseBase, field: str) -> bool:
-    """``response.has_header(field)`` for the fields of this module, without the KeyError
-    Django raises and catches inside it for an absent one."""
-    store = _header_store(response)
-    return response.has_header(field) if store is None else _LOWER[field] in store
 
 
 _LOWER = {

@@ -97,21 +97,21 @@ def test_fields_written_into_djangos_header_store_read_as_set_by_name(
 def test_headers_of_another_kind_get_the_fields_by_name() -> None:
     from django.http import HttpResponse
 
-    from django_throttle.responses import RETRY_AFTER, X_LIMIT, add_headers, has_field
+    from django_throttle.responses import add_missing_headers
 
-    response = HttpResponse("x")
+    response = HttpResponse("x", status=429)
     response.headers = own = _OwnHeaders({})
     own.written = []
-    assert not has_field(response, X_LIMIT)
-    add_headers(response, _decision("plain"))
-    assert own.written == [*RATE_HEADERS, *IETF_HEADERS]
-    assert has_field(response, X_LIMIT) and not has_field(response, RETRY_AFTER)
+    add_missing_headers(response, _decision("plain"))
+    assert own.written == [*RATE_HEADERS, *IETF_HEADERS, "Retry-After"]
+    add_missing_headers(response, _decision("other"))  # found there: nothing written again
+    assert own.written == [*RATE_HEADERS, *IETF_HEADERS, "Retry-After"]
 
 
 def test_a_response_class_with_its_own_setitem_gets_the_fields_through_it() -> None:
     from django.http import HttpResponse
 
-    from django_throttle.responses import X_LIMIT, add_headers, has_field
+    from django_throttle.responses import add_headers, add_missing_headers
 
     class Recording(HttpResponse):
         def __setitem__(self, header: str, value: str) -> None:
@@ -122,18 +122,41 @@ def test_a_response_class_with_its_own_setitem_gets_the_fields_through_it() -> N
     response.written = []
     add_headers(response, _decision("plain"))
     assert response.written == [*RATE_HEADERS, *IETF_HEADERS]
-    assert has_field(response, X_LIMIT)
+    add_missing_headers(response, _decision("other"))
+    assert response.written == [*RATE_HEADERS, *IETF_HEADERS]
 
 
-def test_a_field_the_view_set_in_any_case_is_found() -> None:
+@pytest.mark.parametrize("status", [200, 429, 503])
+def test_a_field_the_view_set_in_any_case_is_kept(status: int) -> None:
     from django.http import HttpResponse
 
-    from django_throttle.responses import RETRY_AFTER, X_LIMIT, has_field
+    from django_throttle.responses import add_missing_headers
 
-    response = HttpResponse("x")
-    assert not has_field(response, X_LIMIT)
+    response = HttpResponse("x", status=status)
     response["x-ratelimit-LIMIT"] = "3"
-    assert has_field(response, X_LIMIT) and not has_field(response, RETRY_AFTER)
+    add_missing_headers(response, _decision("plain"))
+    assert response["X-RateLimit-Limit"] == "3"
+    assert not response.has_header("X-RateLimit-Remaining")
+    assert not response.has_header("Retry-After")
+
+
+@pytest.mark.parametrize(("status", "retry_after"), [(200, None), (429, "5"), (503, "7")])
+def test_missing_fields_are_added_and_a_retry_after_of_the_view_kept(
+    status: int, retry_after: str | None
+) -> None:
+    """Retry-After goes on a 429 or 503 without one (the decision's wait, at least 1 s)."""
+    from django.http import HttpResponse
+
+    from django_throttle.responses import add_missing_headers
+
+    fresh, own = HttpResponse("x", status=status), HttpResponse("x", status=status)
+    if retry_after is not None:
+        own["retry-after"] = retry_after
+    for response in (fresh, own):
+        add_missing_headers(response, _decision("plain"))
+        assert all(response.has_header(field) for field in (*RATE_HEADERS, *IETF_HEADERS))
+    assert fresh.get("Retry-After") == (None if status == 200 else "1")
+    assert own.get("Retry-After") == retry_after
 
 
 # -- headers on admitted responses --------------------------------------------------------
