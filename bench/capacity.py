@@ -47,17 +47,15 @@ def limits_source() -> str:
 def reference_cases(admin: Any, addrs: list[str]) -> list[Case]:
     print(f"limits' script: incr_expire.lua of limits {harness.version('limits')}")
     limits, flexible = admin.script_load(limits_source()), admin.script_load(FLEXIBLE_INCR_TTL)
+    limits_keys = [f"LIMITS:LIMITER/ip:{a}/1000000000/1/hour" for a in addrs]  # 10^9 an hour
     # Envoy's ratelimit (src/redis/fixed_cache_impl.go): INCRBY and EXPIRE per descriptor,
     # pipelined, no script; its key: domain, descriptor and the window's start.
     envoy = [f"domain_ip_{a}_1733097600" for a in addrs]
     return [
         Case("`return 1`", [command("EVALSHA", admin.script_load("return 1"), 0)]),
-        Case(  # limits' key for a 10^9 per hour limit, and its ARGV: expiry, amount
+        Case(  # limits' ARGV: expiry, amount
             "limits FixedWindow `hit()`'s script",
-            [
-                command("EVALSHA", limits, 1, f"LIMITS:LIMITER/ip:{a}/1000000000/1/hour", 3600, 1)
-                for a in addrs
-            ],
+            [command("EVALSHA", limits, 1, key, 3600, 1) for key in limits_keys],
         ),
         Case(
             "rate-limiter-flexible RateLimiterRedis's commands",

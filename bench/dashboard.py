@@ -92,34 +92,30 @@ def rows(rules: int, now: int) -> Iterator[tuple[Any, ...]]:
     (NAMED_PER_RULE) and the rules share the minute's budget (NAMED_PER_PERIOD) on top, as
     push.lua allows at most; in a longer period, the larger of the two, as compaction keeps;
     plus each rule's ``(other clients)``."""
-    from django_throttle.rejection_log import (
-        NAMED_PER_PERIOD,
-        NAMED_PER_RULE,
-        OVERFLOW_DISPLAY,
-        OVERFLOW_KEY,
-    )
+    from django_throttle import rejection_log
     from django_throttle.store import digest
 
+    per_period, per_rule = rejection_log.NAMED_PER_PERIOD, rejection_log.NAMED_PER_RULE
+    overflow = (rejection_log.OVERFLOW_KEY, rejection_log.OVERFLOW_DISPLAY)
     clients = [f"ip:198.18.{i // 256}.{i % 256}" for i in range(POOL)]
     digests = [digest(c) for c in clients]
-    shares = [NAMED_PER_PERIOD // rules + (r < NAMED_PER_PERIOD % rules) for r in range(rules)]
+    shares = [per_period // rules + (r < per_period % rules) for r in range(rules)]
     for number, (start, minutes) in enumerate(periods(now)):
         when = datetime.fromtimestamp(start, tz=timezone.utc)
         for r in range(rules):
-            named = shares[r] + NAMED_PER_RULE if minutes == 1 else max(shares[r], NAMED_PER_RULE)
+            named = shares[r] + per_rule if minutes == 1 else max(shares[r], per_rule)
             name = f"rule-{r:02d}"
             # The heavy hitters of the flood first, then a crowd that shifts every period.
             for i in range(named):
                 c = i if i < 10 else 10 + (number * 37 + r * 7919 + i * 101) % (POOL - 10)
                 count = max(1, 600 // (i + 1)) * minutes
                 yield (name, digests[c], clients[c], "reject", when, minutes, count)
-            yield (name, OVERFLOW_KEY, OVERFLOW_DISPLAY, "reject", when, minutes, 500 * minutes)
+            yield (name, *overflow, "reject", when, minutes, 500 * minutes)
 
 
 def unbounded_rows(total: int, rules: int, now: int) -> Iterator[tuple[Any, ...]]:
-    """``total`` rows in the last hour as the log wrote them before it bounded a period (and
-    as rows written around it are): every minute, every rule, as many distinct clients as
-    it takes."""
+    """``total`` rows in the last hour as the log wrote them before it bounded a period (and as
+    rows written around it are): every minute, every rule, as many distinct clients as it takes."""
     from django_throttle.store import digest
 
     per_minute = -(-total // (60 * rules))

@@ -113,9 +113,8 @@ def floor_calls(url: str) -> None:
 
 
 def async_evalshas(url: str, loop: asyncio.AbstractEventLoop) -> list[Case]:
-    """EVALSHA of ``return 1`` through redis.asyncio's client and through the lean connection
-    (store/aio_connection.py) the decision store uses, one ``run_until_complete`` each, as a
-    request."""
+    """EVALSHA of ``return 1`` through redis.asyncio and through the decision store's lean
+    connection (store/aio_connection.py), one ``run_until_complete`` each, as a request."""
     import redis.asyncio
 
     from django_throttle.store.aio_connection import LeanConnectionStack, async_stack
@@ -299,9 +298,8 @@ def main() -> None:
         floor_calls(server.url)
         if args.asgi:
             return asgi(server.url, rounds, per_round)
-        harness.create_rules(
-            [(scope, ALGORITHMS[i % 3], 10**9, "hour") for i, scope in enumerate(RULES)]
-        )
+        rules = [(scope, ALGORITHMS[i % 3], 10**9, "hour") for i, scope in enumerate(RULES)]
+        harness.create_rules(rules)
         throttled = handler(True)
         cases = [
             harness.raw_evalsha(server.url),

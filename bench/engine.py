@@ -98,9 +98,7 @@ def latency_cases(url: str, n_clients: int) -> list[Case]:
         f"{n} rule{'s' * (n > 1)} (fixed_window)": [("fixed_window", *RATES[i]) for i in range(n)]
         for n in (1, 3, 5)
     }
-    ours.update(
-        {f"1 rule ({a})": [(a, *RATES[0])] for a in harness.algorithms() if a != "fixed_window"}
-    )
+    ours |= {f"1 rule ({a})": [(a, *RATES[0])] for a in harness.algorithms() if a != "fixed_window"}
     for k, (label, rules) in enumerate(ours.items()):
         harness.create_rules([(f"s{k}", *rule) for rule in rules])
 
@@ -157,8 +155,7 @@ return 1
 
 def minimal_windows(url: str, addrs: list[str], n: int, counted: bool = False) -> Case:
     """The least N fixed-window rules can cost through redis-py: one EVALSHA of a script above
-    (``counted``: INCRBY and PEXPIRE) on the state keys the package would use for one client,
-    no Python around it."""
+    (``counted``: INCRBY and PEXPIRE) on one client's state keys, no Python around it."""
     import redis
 
     from django_throttle.store.base import state_key
@@ -212,8 +209,7 @@ def report_latency(cases: list[Case]) -> None:
 
 
 def memory_floor(admin: Any, key_length: int) -> int:
-    """MEMORY USAGE of the least a client's state can be: a string key of this length holding
-    an integer, with a TTL."""
+    """MEMORY USAGE of the least a client's state can be: a string key this long, an int, a TTL."""
     key = "k" * key_length
     admin.set(key, 12345, px=3_600_000)
     try:
@@ -222,10 +218,10 @@ def memory_floor(admin: Any, key_length: int) -> int:
         admin.delete(key)
 
 
-def memory_rows(url: str) -> list[tuple[Any, ...]]:
-    """(bytes, keys, longest key) that 100 admits of one client leave in an empty database;
+def report_memory(url: str) -> None:
+    """The bytes, keys and longest key that 100 admits of one client leave in an empty database;
     for the sorted-set logs, the bytes per entry too (from 1 admit to 100); for one-key states,
-    the bytes beside the floor of a string key with a TTL of the same length."""
+    the floor of a string key with a TTL of the same length."""
     import redis
 
     admin = redis.Redis.from_url(url, decode_responses=True)
@@ -249,7 +245,7 @@ def memory_rows(url: str) -> list[tuple[Any, ...]]:
         floor = "-" if log or len(keys) != 1 else str(memory_floor(admin, longest))
         rows.append((name, len(keys), longest, sizes[1], f"{per_entry:.1f}" if log else "-", floor))
     admin.flushall()
-    return rows
+    harness.table(("store", "keys", "key length", "bytes", "bytes per entry", "floor bytes"), rows)
 
 
 def contenders() -> list[str]:
@@ -283,11 +279,8 @@ def race(url: str) -> list[tuple[str, str, str]]:
         from django_ratelimit.core import _get_window
 
         # A client whose django-ratelimit window (jittered per key) does not end in the race.
-        address = next(
-            f"203.0.113.{i}"
-            for i in range(1, 250)
-            if _get_window(f"203.0.113.{i}", HOUR) - time.time() > 120
-        )
+        candidates = (f"203.0.113.{i}" for i in range(1, 250))
+        address = next(a for a in candidates if _get_window(a, HOUR) - time.time() > 120)
     ctx = mp.get_context("spawn")
     barrier, results = ctx.Barrier(RACE_PROCS), ctx.Queue()
     args = (url, uuid.uuid4().hex[:8], address, barrier, results)
@@ -340,10 +333,7 @@ def main() -> int:
         print("\n## check() against limits' FixedWindowRateLimiter.hit() (same run, medians)\n")
         report_against_limits(cases)
         print(f"\n## Redis memory after {MEMORY_ADMITS} admits of one client (MEMORY USAGE)\n")
-        harness.table(
-            ("store", "keys", "key length", "bytes", "bytes per entry", "floor bytes"),
-            memory_rows(server.url),
-        )
+        report_memory(server.url)
         if not args.no_race:
             os.sched_setaffinity(0, range(os.cpu_count() or 1))  # the racers on every CPU
             print(

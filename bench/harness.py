@@ -70,9 +70,8 @@ def configure_django(
 ) -> None:
     """Django configured in the process: SQLite in memory, a django-redis cache on the bench's
     server, django_throttle on Redis with a 1 s timeout (a stall of a shared machine must not
-    abort a run; any timeout costs the same per call). ``database``: another SQLite name, e.g.
-    ``file:x?mode=memory&cache=shared``, one in-memory database for every thread, or the
-    settings of another database."""
+    abort a run; any timeout costs the same per call). ``database``: another SQLite name (e.g.
+    ``file:x?mode=memory&cache=shared``: one for every thread) or another database's settings."""
     import django
     from django.conf import settings as django_settings
 
@@ -127,12 +126,8 @@ def plain_view() -> Callable[[Any], Any]:
     return lambda request: HttpResponse("ok")
 
 
-def start_response(status: str, headers: Any, exc_info: Any = None) -> None:
-    """What a WSGI server passes the app; the bench reads the response object instead."""
-
-
 def request_case(
-    name: str, app: Any, path: str, n: int = 1000, before: Callable[[], None] | None = None
+    name: str, app: Any, path: str, n: int = 1000, before: Callable[[], None] = lambda: None
 ) -> Case:
     """GETs of ``path`` from ``n`` clients through a WSGI ``app``, each answered 200;
     ``before`` runs untimed before each one."""
@@ -141,15 +136,10 @@ def request_case(
     requests = [RequestFactory().get(path, REMOTE_ADDR=a).environ for a in addresses(n)]
 
     def call(environ: dict[str, Any]) -> None:
-        response = app(environ, start_response)
+        response = app(environ, lambda *_: None)  # no start_response: the bench reads the response
         assert response.status_code == 200, response.status_code
 
-    def prep(i: int) -> dict[str, Any]:
-        if before is not None:
-            before()
-        return dict(requests[i % n])
-
-    return Case(name, call, prep)
+    return Case(name, call, lambda i: before() or dict(requests[i % n]))
 
 
 def create_rules(rules: Sequence[tuple[str, str, int, str]]) -> None:
@@ -312,11 +302,9 @@ def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     widths = [max(3, *(len(r[i]) for r in cells)) for i in range(len(header))]
     right = [i > 0 and all(_numeric(r[i]) for r in cells[1:]) for i in range(len(header))]
     rule = ["-" * (w - 1) + (":" if r else "-") for w, r in zip(widths, right, strict=True)]
+    just = [str.rjust if r else str.ljust for r in right]
     for row in (cells[0], rule, *cells[1:]):
-        padded = (
-            c.rjust(w) if r else c.ljust(w) for c, w, r in zip(row, widths, right, strict=True)
-        )
-        print("| " + " | ".join(padded) + " |")
+        print("| " + " | ".join(j(c, w) for c, w, j in zip(row, widths, just, strict=True)) + " |")
 
 
 def _numeric(text: str) -> bool:

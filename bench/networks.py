@@ -15,6 +15,7 @@ urlpatterns: list[Any] = []  # this module is the ROOT_URLCONF
 SIZES = (10_000, 100_000)
 # Disjoint client ranges, one per case: a "new" client is never one the caches saw.
 PREFIXES = tuple(f"198.{n}" for n in range(18, 25))
+DATABASE = "file:networks?mode=memory&cache=shared"  # one in memory for every thread
 
 
 def networks(count: int) -> list[str]:
@@ -28,7 +29,6 @@ def check_cases(known: bool, calls: int) -> list[harness.Case]:
     from django.test import RequestFactory
 
     from django_throttle.audience import counts
-    from django_throttle.compiled import build_rule
     from django_throttle.engine.request_state import client_ip
     from django_throttle.networks import network_set
 
@@ -36,14 +36,7 @@ def check_cases(known: bool, calls: int) -> list[harness.Case]:
     cases = []
     for i, size in enumerate((0, *SIZES)):
         listed = network_set("\n".join(networks(size)), 64)
-        rule = build_rule(
-            id=i + 1,
-            name=f"n{size}",
-            algorithm="fixed_window",
-            limit=10**9,
-            period=3600,
-            exempt_networks=listed,
-        )
+        rule = harness.make_rule(i + 1, "fixed_window", 10**9, exempt_networks=listed)
         clients = harness.addresses(8 if known else calls, PREFIXES[i])
         requests = [factory.get("/", REMOTE_ADDR=a) for a in clients]
 
@@ -120,10 +113,8 @@ def network_cases(calls: int) -> None:
     network_set("\n".join(networks(SIZES[-1])), 64)
     built = time.perf_counter() - started
     for size in (0, *SIZES):
-        listed = "\n".join(networks(size))
-        Rule.objects.create(
-            name=f"n{size}", scope=f"/n{size}/", limit=10**9, exempt_networks=listed
-        )
+        cidrs = "\n".join(networks(size))
+        Rule.objects.create(name=f"n{size}", scope=f"/n{size}/", limit=10**9, exempt_networks=cidrs)
     print(f"\nBuilding the set of {SIZES[-1]:,} networks (once, as rules load): {built:.3f} s")
     columns = ("exempt networks", "µs (median)", "over none")
     for known in (True, False):
@@ -154,9 +145,7 @@ def main() -> None:
     options = parser.parse_args()
     with harness.RedisServer(cpu=harness.CPU) as server:
         harness.pin_client(harness.CPU)
-        harness.configure_site(
-            server.url, __name__, database="file:networks?mode=memory&cache=shared"
-        )
+        harness.configure_site(server.url, __name__, database=DATABASE)
         from django.conf import settings
         from django.urls import path
 

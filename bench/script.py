@@ -43,10 +43,10 @@ RATIO_TARGET = {
 ALGORITHMS = tuple(RATIO_TARGET)  # in the order of issue 14
 INSTRUCTION_CALLS = 300  # --instructions: calls counted per case
 
-# The minimal scripts: one check on the admitted path, each algorithm's work done plainly with the fewest Redis
-# commands (issue 24's definitions), nothing else: no block key, no limit compared (every call
-# is admitted), no reply built. KEYS[1] is the package's state key for the client, under which a
-# window's key is made; ARGV is what the arithmetic needs (minimal_args).
+# The minimal scripts: one check on the admitted path, each algorithm's work done plainly with the
+# fewest Redis commands (issue 24's definitions), nothing else: no block key, no limit compared
+# (every call is admitted), no reply built. KEYS[1] is the package's state key for the client,
+# under which a window's key is made; ARGV is what the arithmetic needs (minimal_args).
 
 # Fixed window: TIME, INCRBY of the window's own key, PEXPIRE (until the window ends) only when
 # the key is new. ARGV: period (s), cost.
@@ -62,8 +62,7 @@ end
 return 1
 """
 
-# Sliding window counter: the same, and a GET of the previous window's count. ARGV: period (s),
-# cost.
+# Sliding window counter: the same and a GET of the previous window's count. ARGV: period (s), cost.
 COUNTER = """
 local t = redis.call('TIME')
 local p = tonumber(ARGV[1])
@@ -78,8 +77,7 @@ return prev
 """
 
 # Sliding window log and concurrency (one entry, cost 1): TIME, ZREMRANGEBYSCORE of the entries
-# past the trailing period, ZCARD, ZADD, PEXPIRE (until the entry leaves the period). ARGV:
-# period (µs).
+# past the trailing period, ZCARD, ZADD, PEXPIRE (until the entry leaves it). ARGV: period (µs).
 LOG = """
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
@@ -105,14 +103,8 @@ redis.call('SET', KEYS[1], string.format('%d', now + math.floor(backlog)), 'PX',
 return 1
 """
 
-MINIMAL = {
-    "fixed_window": WINDOW,
-    "sliding_window_counter": COUNTER,
-    "sliding_window_log": LOG,
-    "token_bucket": BUCKET,
-    "leaky_bucket": BUCKET,
-    "concurrency": LOG,
-}
+MINIMAL = {"fixed_window": WINDOW, "sliding_window_counter": COUNTER, "sliding_window_log": LOG}
+MINIMAL |= {"token_bucket": BUCKET, "leaky_bucket": BUCKET, "concurrency": LOG}
 
 
 def minimal_args(rule: Any, cost: int = 1) -> list[Any]:
@@ -140,8 +132,7 @@ def connect(port: int) -> socket.socket:
 
 
 def call(sock: socket.socket, request: bytes, commands: int = 1) -> tuple[Any, bytes]:
-    """One request of ``commands`` commands on a blocking socket: the first reply and the
-    bytes of all."""
+    """One request of ``commands`` commands on a blocking socket: the first reply, all bytes."""
     sock.sendall(request)
     reader, buffer, replies = hiredis.Reader(), b"", []
     while len(replies) < commands:
@@ -263,8 +254,7 @@ def prepare(port: int, case: Case, connections: int = 1) -> None:
 
 
 def check_admitted(port: int, case: Case) -> None:
-    """Calls of a few clients after the run: each still admitted (at these limits every call
-    is; a reply that was not would show a limit too low for the run)."""
+    """Calls of a few clients after the run, each still admitted (else a limit was too low)."""
     with connect(port) as sock:
         for i in range(0, len(case.requests), max(1, len(case.requests) // 16)):
             reply, _ = call(sock, case.requests[i], len(case.counted))
@@ -316,14 +306,12 @@ def measure(
 class Rules:
     """Compiled rules with ids of their own: every case writes keys no other case touches."""
 
-    def __init__(self) -> None:
-        self.next_id = 1
+    next_id = 1
 
     def make(self, algorithm: str) -> Any:
         self.next_id += 1
-        if algorithm in BUCKETS:
-            return harness.make_rule(self.next_id, algorithm, BUCKET_RATE, HOUR, burst=LIMIT)
-        return harness.make_rule(self.next_id, algorithm, LIMIT, HOUR)
+        rate, burst = (BUCKET_RATE, LIMIT) if algorithm in BUCKETS else (LIMIT, None)
+        return harness.make_rule(self.next_id, algorithm, rate, HOUR, burst=burst)
 
 
 def admitted(reply: Any) -> bool:
