@@ -93,10 +93,7 @@ async def aenforce_view(
     hands it to Django as its process_view, one coroutine fewer on every request."""
     state = _state(request)
     state.paths_decided = True
-    parts = _parts(state)
-    decision = await _aevaluate(request, _asked_by_view(request, view_func), parts)
-    if decision.allowed and decision.delay > 0:
-        decision = await _ahold(request, decision, parts)
+    decision = await _aadmit(request, _asked_by_view(request, view_func), _parts(state))
     return None if decision.allowed else rejected(request, decision)
 
 
@@ -275,15 +272,9 @@ def _enforce(request: Any, asked: Asked, parts: Parts) -> HttpResponse | None:
 
 async def _aadmit(request: Any, asked: Asked, parts: Parts) -> Decision:
     decision = await _aevaluate(request, asked, parts)
-    if decision.allowed and decision.delay > 0:
-        return await _ahold(request, decision, parts)
-    return decision
-
-
-async def _ahold(request: Any, decision: Decision, parts: Parts) -> Decision:
-    """An admitted decision of a delay rule: the request held for its wait (or turned away
-    when MAX_DELAYED are held already)."""
-    wait = delay_of(decision)
+    if not decision.allowed:
+        return decision
+    wait = delay_of(decision) if decision.delay > 0 else 0.0
     if wait:
         delays = parts.delays
         held = Held(decision, wait, in_thread=False)  # an await holds no thread
@@ -308,13 +299,9 @@ async def _aevaluate(request: Any, asked: Asked, parts: Parts) -> Decision:
         gathered = gather(request, asked, parts, on_loop=True)
     except NeedsThread:
         gathered = await sync_to_async(gather)(request, asked, parts)
-    decision = gathered.early
-    if decision is None:  # adecide(), inlined: one coroutine fewer on every request
-        checks, dry_run, blocked = gathered.checks, asked.dry_run, gathered.blocked
-        decision = _without_store(checks, dry_run, blocked)
-        if decision is None:
-            outcome = await parts.store.adecide(checks, dry_run)
-            decision = _learn(checks, outcome, dry_run, blocked)
+    decision = gathered.early or await adecide(
+        gathered.checks, asked.dry_run, gathered.blocked, parts.store
+    )
     return settle(request, gathered, decision, parts, asked.dry_run)
 
 
