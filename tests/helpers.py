@@ -17,17 +17,29 @@ def rule(name: str, scope: str, limit: int, **fields: Any) -> Rule:
     return Rule.objects.create(name=name, scope=scope, limit=limit, **fields)
 
 
+def clear_of_window_end(period: int, margin: float) -> None:
+    """Wait, if fewer than ``margin`` seconds are left of the clock's ``period`` (windows and
+    the rejection log's minutes start at multiples of their length since the epoch; Redis
+    tells the time of this host's clock), until the next one starts: a test that counts in
+    one window must not see it end halfway."""
+    left = period - time.time() % period
+    if left < margin:
+        time.sleep(left + 0.01)
+
+
 def room_in_the_minute() -> None:
-    """Wait until 10 s of the clock's minute are left at least: a minute's window must not end
-    in the middle of a test that counts in it."""
-    time.sleep(max(0.0, 10 - (60 - time.time() % 60)))
+    """At least 10 s of the clock's minute left."""
+    clear_of_window_end(60, 10)
 
 
 def away_from_midnight() -> None:
     """Every request of the test in one day window (UTC days, the rules' windows)."""
-    left = 86400 - time.time() % 86400
-    if left < 120:
-        time.sleep(left + 1)
+    clear_of_window_end(86400, 120)
+
+
+# A fixed window that no test outlasts: ten years (the longest a rule may have), from the
+# epoch's multiples of it, so the one in force ends in February 2030.
+DECADE = {"unit": "day", "per": 3660}
 
 
 def statuses(client: Any, path: str, times: int, method: str = "get", **extra: Any) -> list[int]:

@@ -21,7 +21,7 @@ from django_throttle import acheck, check
 from django_throttle.store import Check, RedisStore
 from django_throttle.store.redis import DECIDE_SHA, client_from_cache
 from tests.engine_helpers import make_rule
-from tests.helpers import rule, run
+from tests.helpers import DECADE, rule, run
 from tests.redis_topology import ReplicatedRedis, SentinelGroup, TcpProxy
 from tests.traffic import Traffic, database_kept_open, wait_until
 
@@ -32,7 +32,7 @@ TIMEOUT = 0.1
 MARGIN = 1.5  # slack for a loaded machine on top of what the design allows
 OPEN = "/api/items/"  # fail-open rule, never limited by this traffic
 CLOSED = "/users/1/"  # fail-closed rule, never limited by this traffic
-EXACT = "/shop/named/"  # 5 per hour, requested only after the fault
+EXACT = "/shop/named/"  # 5 per ten years, requested only after the fault
 
 
 def throttle_settings(settings: Any, cache: dict[str, Any]) -> None:
@@ -62,7 +62,7 @@ def sentinel_cache(group: SentinelGroup, **options: Any) -> dict[str, Any]:
 def three_rules() -> None:
     rule("open", "/api/", 1_000_000, fail_mode="open", algorithm="fixed_window")
     rule("closed", r"^/users/\d+/$", 1_000_000, fail_mode="closed", algorithm="fixed_window")
-    rule("exact", "shop:named", 5, unit="hour", fail_mode="closed", algorithm="fixed_window")
+    rule("exact", "shop:named", 5, **DECADE, fail_mode="closed", algorithm="fixed_window")
 
 
 def warm_up(client: Any) -> None:
@@ -363,7 +363,7 @@ def tenants_on(settings: Any, group: SentinelGroup) -> Any:
     """The tenants rule on the group's primary, refreshed every 0.1 s; that primary."""
     throttle_settings(settings, sentinel_cache(group))
     settings.DJANGO_THROTTLE = {**settings.DJANGO_THROTTLE, "RULES_REFRESH": 0.1}
-    rule("tenants", "tenants", 1000, unit="hour", algorithm="fixed_window")
+    rule("tenants", "tenants", 1000, **DECADE, algorithm="fixed_window")
     return group.master()
 
 
@@ -450,8 +450,8 @@ def test_noreplicas_with_no_replica_promoted_follows_the_fail_modes(
             node.config_set("min-replicas-to-write", 1)
         cache = {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": primary.url}
         throttle_settings(settings, cache)
-        rule("closed", "fenced-closed", 100, unit="hour", fail_mode="closed")
-        rule("open", "fenced-open", 100, unit="hour", fail_mode="open")
+        rule("closed", "fenced-closed", 100, **DECADE, fail_mode="closed")
+        rule("open", "fenced-open", 100, **DECADE, fail_mode="open")
 
         def decide(scope: str) -> Any:
             if asgi:
@@ -526,7 +526,7 @@ def test_with_min_replicas_to_write_a_sentinel_failover_loses_no_count(
         throttle_settings(settings, sentinel_cache(group))  # RULES_REFRESH: one hour
         # Every decision from the store: none from the block cache's memory of a rejection.
         settings.DJANGO_THROTTLE = {**settings.DJANGO_THROTTLE, "BLOCK_CACHE": False}
-        rule("fenced", "fenced", 5, unit="hour", fail_mode="closed", algorithm="fixed_window")
+        rule("fenced", "fenced", 5, **DECADE, fail_mode="closed", algorithm="fixed_window")
         old = group.master()
         deadline = time.monotonic() + 60
 
@@ -588,7 +588,7 @@ def test_with_the_fence_on_the_primary_a_sentinel_failover_loses_no_count_and_re
             "RULES_REFRESH": refresh,
             "FLUSH_INTERVAL": 3600.0,  # no script of the rejection log's on the old primary
         }
-        rule("fenced", "fenced", 5, unit="hour", fail_mode="closed", algorithm="fixed_window")
+        rule("fenced", "fenced", 5, **DECADE, fail_mode="closed", algorithm="fixed_window")
         old = group.master()
         assert fence_of(old) == 1
         deadline = time.monotonic() + 60
