@@ -11,7 +11,7 @@ import asyncio
 import itertools
 import time
 from collections.abc import Callable, Iterator
-from contextlib import closing
+from contextlib import closing, contextmanager
 from typing import Any
 
 import pytest
@@ -613,27 +613,63 @@ def test_with_the_fence_on_the_primary_a_sentinel_failover_loses_no_count_and_re
     assert sent_to_old <= len(before) + 1
 
 
+def replication(address: tuple[str, int]) -> dict[str, Any]:
+    """A server's INFO replication, as promoted_replica() asks for it."""
+    with closing(redis.Redis(host=address[0], port=address[1], socket_timeout=2)) as node:
+        return dict(node.info("replication"))
+
+
+@contextmanager
+def sentinel_pool(group: SentinelGroup) -> Iterator[Any]:
+    """redis-py's Sentinel connection pool of the group's primary; its Sentinels closed after."""
+    from redis.sentinel import Sentinel
+
+    sentinels = Sentinel(group.sentinels, socket_timeout=2)
+    try:
+        yield sentinels.master_for(group.service_name).connection_pool
+    finally:
+        for sentinel in sentinels.sentinels:
+            sentinel.close()
+
+
 def test_only_the_server_promoted_from_a_fenced_primary_is_taken_for_the_new_one() -> None:
     """Between the promotion and the old primary's demotion both servers answer as primaries.
     From the old primary, promoted_replica() finds the promoted one; from the new one (fenced
     in its turn, say), nothing: the old primary was not promoted from it, and a decision
     must never be sent back there."""
-    from redis.sentinel import Sentinel
-
     from django_throttle.store.promotion import promoted_replica
     from django_throttle.store.steps import drive
 
-    def replication(address: tuple[str, int]) -> dict[str, Any]:
-        with closing(redis.Redis(host=address[0], port=address[1], socket_timeout=2)) as node:
-            return dict(node.info("replication"))
-
-    with SentinelGroup(service_name=f"svc{next(_groups)}") as group:
+    with SentinelGroup(service_name=f"svc{next(_groups)}") as group, sentinel_pool(group) as pool:
         old = group.master_address()
-        sentinels = Sentinel(group.sentinels, socket_timeout=2)
-        pool = sentinels.master_for(group.service_name).connection_pool
         new = group.failover()
         assert not demoted(group.server(old[1]))  # a primary still, for about 10 s
         assert drive(promoted_replica(pool, old, replication)) == new
         assert drive(promoted_replica(pool, new, replication)) is None
-        for sentinel in sentinels.sentinels:
-            sentinel.close()
+
+
+def test_a_sentinel_switching_between_its_answers_still_finds_the_promoted_server() -> None:
+    """promoted_replica() asks the Sentinels for the primary and for its replicas: two
+    answers, and the failover's switch can fall between them (seen under load: the primary
+    named was still the fenced one, the replicas already only it, and the decision followed
+    the fail mode). Here the switch is made to fall between them: the promoted server is
+    found all the same."""
+    from django_throttle.store.promotion import promoted_replica
+
+    with SentinelGroup(service_name=f"svc{next(_groups)}") as group, sentinel_pool(group) as pool:
+        steps = promoted_replica(pool, group.master_address(), replication)
+        answers: list[Any] = []
+        value: Any = None
+        try:
+            while True:  # drive()'s loop, with the failover made before the second answer
+                call, args = steps.send(value)
+                asks_a_sentinel = call is not replication
+                if asks_a_sentinel and len(answers) == 1:
+                    new = group.failover(everywhere=True)
+                value = call(*args)
+                if asks_a_sentinel:
+                    answers.append(value)
+        except StopIteration as done:
+            found = done.value
+    assert len(answers) == 2  # one answer before the switch, one after
+    assert found == new

@@ -42,8 +42,11 @@ def promoted_replica(
         lineage = (yield replication, (fenced,)).get("master_replid")
         if not lineage:
             return None
-        named = yield pool.get_master_address, ()
+        # The replicas before the primary: a Sentinel that switches to the promoted server
+        # between the two answers names it in one or the other. The other way round, both
+        # can miss it: the primary named still the fenced one, the replicas already only it.
         replicas = yield pool.sentinel_manager.discover_slaves, (pool.service_name,)
+        named = yield pool.get_master_address, ()
         for candidate in (named, *replicas):
             address = tuple(candidate)
             if address == fenced:
