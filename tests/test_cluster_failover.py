@@ -21,6 +21,7 @@ from django_throttle.state_keys import client_tag
 from django_throttle.store import Check, get_store
 from django_throttle.store.breaker import CLOSED
 from django_throttle.store.cluster import slot_of_tag
+from tests.helpers import DECADE_SECONDS
 from tests.redis_topology import ClusterHarness
 from tests.test_cluster import manual_failover
 
@@ -28,10 +29,6 @@ pytestmark = [pytest.mark.topology]
 
 FAILOVERS = 6  # each master twice: every shard back to its first master
 LIMIT = 1_000_000  # never reached: every decision this traffic makes is admitted
-# The window of the rule: windows are aligned to the epoch, and the exact count is read from
-# one window. An hour's boundary crossed under load once made every client's count look
-# short by what the window before held (a CI run at 04:00 UTC); this window ends in 2033.
-WINDOW = 10**9
 WORKERS = 2
 NODE_TIMEOUT = 2.0  # seconds: long enough that a loaded machine's nodes never seem down
 # A master votes for a shard's failover at most once per two node timeouts; a vote refused
@@ -83,7 +80,7 @@ class Load:
 
     def __init__(self, identities: list[str]) -> None:
         self.rule = build_rule(
-            id=1, name="closed", algorithm="fixed_window", limit=LIMIT, period=WINDOW,
+            id=1, name="closed", algorithm="fixed_window", limit=LIMIT, period=DECADE_SECONDS,
             fail_mode="closed",
         )  # fmt: skip
         self.identities = identities
