@@ -25,6 +25,7 @@ from redis.exceptions import (
 
 from django_throttle.store import Check, RedisStore
 from django_throttle.store.connections import ConnectionStack, demoted, keeps
+from django_throttle.store.guarded import GuardedStore
 
 from .engine_helpers import make_rule
 from .traffic import wait_until
@@ -427,3 +428,29 @@ def test_a_connection_given_back_after_the_store_closed_is_closed(
     assert store.decide([Check(rule, "late")])[0].allowed
     wait_until(lambda: client_ids(redis_client) == set(), within=5)
     client.close()
+
+
+def test_closing_the_store_closes_the_connections_of_each_running_loop(
+    settings: Any, redis_client: Any
+) -> None:
+    """close() (the settings changed, the runtime rebuilt) drops each event loop's store; one
+    whose loop still runs, as a server's does, closes its connections on that loop at once,
+    not when the loop ends."""
+    default = settings.CACHES["default"]
+    options = {**default.get("OPTIONS", {}), "CONNECTION_POOL_KWARGS": {"client_name": NAME}}
+    settings.CACHES = {**settings.CACHES, "default": {**default, "OPTIONS": options}}
+    store = GuardedStore()
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever)
+    thread.start()
+    try:
+        checks = [Check(make_rule("fixed_window", limit=10), "one")]
+        decided = asyncio.run_coroutine_threadsafe(store.adecide(checks), loop).result(5)
+        assert isinstance(decided, list) and decided[0].allowed
+        assert client_ids(redis_client), "the loop's store decided on a connection of its own"
+        store.close()
+        wait_until(lambda: client_ids(redis_client) == set(), within=5)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+        loop.close()

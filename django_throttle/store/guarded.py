@@ -133,7 +133,8 @@ class GuardedStore:
         return entry[0]
 
     def close(self) -> None:
-        """Close the sync backend's connections; each loop's closes with its loop."""
+        """Close the sync backend's connections and drop each event loop's store: on a loop
+        that runs (a server's), asyncio's async-generator finalizer closes it at once."""
         with self._lock:
             store, self._backend = self._backend, None
         self._async.clear()
