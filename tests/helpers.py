@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -56,6 +57,24 @@ def window_keys(redis_client: Any) -> list[bytes]:
         for key in redis_client.keys("thr:*}:*")
         if key.rsplit(b":", 1)[1].isdigit() and not key.startswith(b"thr:rej")
     ]
+
+
+BUSY = 0.05  # seconds of synchronous work per turn of the loop: other requests' views
+
+
+def busy_loop() -> tuple[asyncio.AbstractEventLoop, Callable[[], None]]:
+    """Keep the running loop busy: a callback that works synchronously for BUSY seconds each
+    turn, as views and middleware of other requests do. Returns the function that stops it."""
+    loop = asyncio.get_running_loop()
+    running = [True]
+
+    def work() -> None:
+        time.sleep(BUSY)
+        if running[0]:
+            loop.call_soon(work)
+
+    loop.call_soon(work)
+    return loop, lambda: running.__setitem__(0, False)
 
 
 def run(make_coroutine: Callable[[], Awaitable[Any]]) -> Any:

@@ -20,17 +20,21 @@ from django.core.handlers.asgi import ASGIHandler
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
+from django_throttle import acheck_key
 from django_throttle.compiled import CompiledRule, build_rule
+from django_throttle.decision import Decision
 from django_throttle.engine import pipeline
 from django_throttle.engine.refunds import agive_back, give_back, taken
 from django_throttle.rejection_log import through_redis
 from django_throttle.rules import get_rules
 from django_throttle.rules.cache import RedisVersion
 from django_throttle.state_keys import client_tag
-from django_throttle.store import Check, ClusterStore, get_store
+from django_throttle.store import Check, ClusterStore, aio_connection, get_store
+from django_throttle.store.aio_connection import LeanConnectionStack
 from django_throttle.store.breaker import CLOSED, OPEN
 from django_throttle.store.cluster import slot_of_tag
-from tests.helpers import rule, run, statuses
+from django_throttle.store.connections import AsyncConnectionStack
+from tests.helpers import busy_loop, rule, run, statuses
 from tests.redis_topology import HOST, ClusterHarness
 from tests.traffic import asgi_get, database_kept_open, wait_until
 
@@ -456,3 +460,39 @@ def test_a_cancelled_probe_of_a_hung_master_frees_its_breaker(
         seen = run(body)
     assert seen == [200, 503, 200, None, 200, 200]
     assert breaker_state(sick) == CLOSED
+
+
+@pytest.mark.parametrize("async_kind", ["lean", "redis.asyncio"])
+def test_a_burst_on_a_busy_loop_is_decided_on_every_master(
+    configured: ClusterHarness, settings: Any, monkeypatch: pytest.MonkeyPatch, async_kind: str
+) -> None:
+    """As on one server (tests/test_not_the_store.py): forty decisions spread over the three
+    masters, on a loop that works 50 ms per turn, with every timeout at 0.1 s. New
+    connections and replies are timed by each master's answer, on either kind of asyncio
+    connection (redis.asyncio's where hiredis is missing): no decision fails, no breaker opens."""
+    if async_kind == "redis.asyncio":
+        monkeypatch.setattr(aio_connection, "HIREDIS", False)
+    settings.DJANGO_THROTTLE = {**settings.DJANGO_THROTTLE, "TIMEOUT": 0.1, "CONNECT_TIMEOUT": 0.1}
+    rule("burst", "burst", 1_000_000, unit="day", fail_mode="closed", algorithm="fixed_window")
+    clients = [f"client:{n}" for n in range(20)]
+    assert {master_of(configured, c) for c in clients} == {m.port for m in configured.masters()}
+
+    async def burst() -> tuple[set[type], list[Decision]]:
+        # The loop's store made and the slot map read before the loop is busy.
+        assert not (await acheck_key("burst", "warm", dry_run=True)).unavailable
+        _, stop = busy_loop()
+        try:
+            decisions = list(await asyncio.gather(*(acheck_key("burst", c) for c in clients)))
+            # And again, on the connections the burst made or reused.
+            decisions += await asyncio.gather(*(acheck_key("burst", c) for c in clients))
+        finally:
+            stop()
+        store = await get_store().async_backend()
+        return {type(s) for s in store._stacks.values()}, decisions  # type: ignore[union-attr]
+
+    kinds, decisions = run(burst)
+    assert kinds == {LeanConnectionStack if async_kind == "lean" else AsyncConnectionStack}
+    assert [d.unavailable for d in decisions] == [False] * 2 * len(clients)
+    assert all(d.allowed for d in decisions)
+    assert get_store().breaker.state == CLOSED
+    assert get_store().node_breakers.all_closed()

@@ -20,14 +20,13 @@ from django_throttle.decision import Decision
 from django_throttle.store import RedisStore, aio_connection, get_store
 from django_throttle.store.aio_connection import LeanConnectionStack
 from django_throttle.store.breaker import CLOSED
-from tests.helpers import rule, run, window_keys
+from tests.helpers import busy_loop, rule, run, window_keys
 from tests.redis_server import RedisServer
 
 pytestmark = pytest.mark.django_db
 
 SCOPE = "burst"
 BURST = 20
-BUSY = 0.05  # seconds of synchronous work per turn of the loop: other requests' views
 
 
 @pytest.fixture(params=["lean", "redis.asyncio"])
@@ -56,21 +55,6 @@ async def stack_kind() -> str:
     store = await get_store().async_backend()
     stack = store._stack  # type: ignore[union-attr]
     return "lean" if isinstance(stack, LeanConnectionStack) else "redis.asyncio"
-
-
-def busy_loop() -> tuple[Any, Any]:
-    """Keep the running loop busy: a callback that works synchronously for BUSY seconds each
-    turn, as views and middleware of other requests do. Returns the function that stops it."""
-    loop = asyncio.get_running_loop()
-    running = [True]
-
-    def work() -> None:
-        time.sleep(BUSY)
-        if running[0]:
-            loop.call_soon(work)
-
-    loop.call_soon(work)
-    return loop, lambda: running.__setitem__(0, False)
 
 
 def test_a_burst_on_a_busy_loop_is_decided(settings: Any, async_kind: str) -> None:

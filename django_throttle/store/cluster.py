@@ -715,7 +715,9 @@ class AsyncClusterStore(_Cluster):
         if stack is None:
             kwargs = decision_kwargs()
             kwargs["retry"] = no_async_retry()
-            stack = self._stacks[node.name] = async_stack(node, **kwargs)
+            # one_deadline: where redis.asyncio's connections serve (no hiredis), timed by the
+            # master's answer as the lean ones are, so a busy loop opens no master's breaker.
+            stack = self._stacks[node.name] = async_stack(node, one_deadline=True, **kwargs)
         return stack
 
     async def _run(self, slot: int, sha: str, source: str, args: list[Any]) -> Any:
