@@ -53,6 +53,7 @@ from .redis import (
     unpacked,
     untyped,
 )
+from .server_timed import plain_options, time_by_server
 from .steps import Steps, adrive, drive
 
 logger = logging.getLogger("django_throttle")
@@ -693,7 +694,11 @@ class AsyncClusterStore(_Cluster):
 
         kwargs = decision_kwargs()
         kwargs["retry"] = no_async_retry()
-        return cls(RedisCluster.from_url(url, **kwargs))
+        client = RedisCluster.from_url(url, **kwargs)
+        # Its own connections read the slot map: timed by the server, as the stacks are, so
+        # a busy loop fails no read of it (and opens no breaker).
+        time_by_server(client.nodes_manager)
+        return cls(client)
 
     async def aclose(self) -> None:
         stacks, self._stacks = list(self._stacks.values()), {}
@@ -717,7 +722,9 @@ class AsyncClusterStore(_Cluster):
             kwargs["retry"] = no_async_retry()
             # one_deadline: where redis.asyncio's connections serve (no hiredis), timed by the
             # master's answer as the lean ones are, so a busy loop opens no master's breaker.
-            stack = self._stacks[node.name] = async_stack(node, one_deadline=True, **kwargs)
+            stack = self._stacks[node.name] = async_stack(
+                plain_options(node), one_deadline=True, **kwargs
+            )
         return stack
 
     async def _run(self, slot: int, sha: str, source: str, args: list[Any]) -> Any:

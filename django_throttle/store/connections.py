@@ -32,7 +32,7 @@ from redis.exceptions import (
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.sentinel import SentinelConnectionPool
 
-from .deadlines import waiting, within
+from .deadlines import answered_on, within
 from .promotion import Address, Promotion, promoted_replica, replication_fields
 from .steps import Steps, adrive, drive
 
@@ -642,7 +642,7 @@ class AsyncConnectionStack(LoopStack):
         await within(
             self._connect_deadline,
             conn.connect(),
-            partial(_answered, conn),
+            partial(answered_on, conn),
             lambda: RedisTimeoutError("Timeout connecting to the store"),
             stretch=True,  # until its transport exists, its socket cannot be asked
         )
@@ -664,18 +664,9 @@ class AsyncConnectionStack(LoopStack):
         return within(
             self._deadline,
             acall(conn, command),
-            partial(_answered, conn),
+            partial(answered_on, conn),
             lambda: RedisTimeoutError("Timeout reading from the store"),
         )
-
-
-def _answered(conn: Any) -> bool:
-    """Whether bytes from the server wait on a redis.asyncio connection, read by the loop
-    into its stream but not yet by the command, or still in the socket."""
-    if getattr(getattr(conn, "_reader", None), "_buffer", None):
-        return True
-    writer = getattr(conn, "_writer", None)
-    return writer is not None and waiting(writer.transport.get_extra_info("socket"))
 
 
 async def _can_read(conn: Any) -> bool:

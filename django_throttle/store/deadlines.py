@@ -46,6 +46,15 @@ def connected(sock: Any) -> bool:
     return _polled(sock, select.POLLOUT)
 
 
+def answered_on(conn: Any) -> bool:
+    """Whether bytes from the server wait on a redis.asyncio connection, read by the loop
+    into its stream but not yet by the command, or still in the socket."""
+    if getattr(getattr(conn, "_reader", None), "_buffer", None):
+        return True
+    writer = getattr(conn, "_writer", None)
+    return writer is not None and waiting(writer.transport.get_extra_info("socket"))
+
+
 class Deadline:
     """Calls ``expire`` once ``seconds`` have passed and ``answered()`` says the server has not
     answered (see the module); else looks again after the loop's next turn. ``stretch``: the
