@@ -492,6 +492,31 @@ def test_ask_during_a_slot_migration_is_followed(
                 client.execute_command("CLUSTER", "SETSLOT", slot, "STABLE")
 
 
+def test_a_flushed_script_is_run_from_its_source_in_one_round_trip_per_slot_group(
+    cluster: ClusterHarness, store: ClusterStore
+) -> None:
+    """A request whose slot groups go to three masters at once, each of them without the
+    script (a SCRIPT FLUSH, a failover): each group is run from its source on the connection
+    that answered NOSCRIPT, its EVALSHA never sent again."""
+    limit = make_rule("fixed_window", 10)
+    identities = on_other_masters(cluster, 3, "ip:198.19.0")
+    store.decide([Check(limit, identity) for identity in identities])  # connected, loaded
+    masters = [redis.Redis(port=m.port, socket_timeout=5) for m in cluster.masters()]
+    try:
+        for master in masters:
+            master.script_flush()
+            master.config_resetstat()
+        results = store.decide([Check(limit, identity) for identity in identities])
+        assert [(r.allowed, r.remaining) for r in results] == [(True, 8)] * 3
+        for master in masters:
+            stats = master.info("commandstats")
+            assert stats["cmdstat_evalsha"]["calls"] == 1  # answered NOSCRIPT
+            assert stats["cmdstat_eval"]["calls"] == 1
+    finally:
+        for master in masters:
+            master.close()
+
+
 def test_tryagain_during_a_migration_costs_that_request_only(
     cluster: ClusterHarness, store: ClusterStore
 ) -> None:

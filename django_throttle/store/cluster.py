@@ -31,7 +31,7 @@ from ..state_keys import BLOCK_SUFFIX, client_tag
 from .aio_connection import AsyncStack, acall_any, async_stack
 from .base import BlockReads, Check, Result, client_keys, level_key, levels
 from .breaker import NodeBreakers
-from .connections import ConnectionStack, as_eval, call, keeps
+from .connections import ConnectionStack, as_eval, call, keeps, recovered
 from .errors import STORE_ERRORS
 from .redis import (
     BLOCK_SHA,
@@ -628,7 +628,16 @@ class ClusterStore(_Cluster):
         try:
             reply = unpacked(conn.read_response())
         except NoScriptError as exc:
-            stack.settle(conn, exc)
+            # Run from its source on this same connection, one round trip, as every stack does
+            # (recovered() settles the connection); a slot moved meanwhile is followed anew.
+            command = ("EVALSHA", DECIDE_SHA, *args)
+            try:
+                return unpacked(drive(recovered(stack, conn, command, DECIDE_SOURCE, exc, True)))
+            except REDIRECTIONS_OF:
+                pass
+            except Exception as again:
+                self._failed(again, slot)
+                return again
             try:
                 return unpacked(self._run(slot, DECIDE_SHA, DECIDE_SOURCE, args))
             except Exception as again:
