@@ -47,9 +47,12 @@ def connected(sock: Any) -> bool:
 
 
 def answered_on(conn: Any) -> bool:
-    """Whether bytes from the server wait on a redis.asyncio connection, read by the loop
-    into its stream but not yet by the command, or still in the socket."""
-    if getattr(getattr(conn, "_reader", None), "_buffer", None):
+    """Whether bytes from the server wait on a redis.asyncio connection: still in the socket,
+    or read by the loop into its stream while no read waits on it. Part of a reply that a read
+    waits on (redis-py's own parser reads whole lines and lengths) is not an answer: if
+    nothing more comes, the deadline passes."""
+    reader = getattr(conn, "_reader", None)
+    if getattr(reader, "_buffer", None) and getattr(reader, "_waiter", None) is None:
         return True
     writer = getattr(conn, "_writer", None)
     return writer is not None and waiting(writer.transport.get_extra_info("socket"))

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .deadlines import answered_on, within
+from .deadlines import MAX_STRETCH, answered_on, within
 
 _MADE: dict[type, type] = {}
 
@@ -32,9 +32,15 @@ def server_timed(connection_class: type) -> type:
 
         def __init__(self, **kwargs: Any) -> None:
             timeout = kwargs.get("socket_timeout")
+            connect = kwargs.get("socket_connect_timeout") or timeout
             self._reply_deadline: float | None = timeout
-            self._connect_deadline: float | None = kwargs.get("socket_connect_timeout") or timeout
-            super().__init__(**{**kwargs, "socket_timeout": None, "socket_connect_timeout": None})
+            self._connect_deadline: float | None = connect
+            # redis-py's own connect timer, which also bounds waiting for a close, only as a
+            # backstop: twice the most the deadline can stretch to.
+            backstop = None if connect is None else 2 * (1 + MAX_STRETCH) * connect
+            super().__init__(
+                **{**kwargs, "socket_timeout": None, "socket_connect_timeout": backstop}
+            )
 
         async def _connect(self) -> None:
             await within(
@@ -47,7 +53,7 @@ def server_timed(connection_class: type) -> type:
             )
 
         async def read_response(self, *args: Any, **kwargs: Any) -> Any:
-            if args[1:2] or kwargs.get("timeout") is not None:
+            if (len(args) > 1 and args[1] is not None) or kwargs.get("timeout") is not None:
                 # A caller's own timeout (redis-py's blocking reads): redis-py's timer.
                 return await super().read_response(*args, **kwargs)
             return await within(
