@@ -17,11 +17,12 @@ from typing import Any
 import pytest
 import redis
 
-from django_throttle import acheck, check
-from django_throttle.store import Check, RedisStore
+from django_throttle import acheck, acheck_key, check, check_key
+from django_throttle.store import Check, RedisStore, aio_connection, get_store
+from django_throttle.store.breaker import CLOSED as BREAKER_CLOSED
 from django_throttle.store.redis import DECIDE_SHA, client_from_cache
 from tests.engine_helpers import make_rule
-from tests.helpers import DECADE, rule, run
+from tests.helpers import DECADE, busy_loop, rule, run
 from tests.redis_topology import ReplicatedRedis, SentinelGroup, TcpProxy
 from tests.traffic import Traffic, database_kept_open, wait_until
 
@@ -220,6 +221,35 @@ def test_async_sentinel_decisions_on_lean_connections(settings: Any, group: Sent
     primary = group.master()
     with closing(redis.Redis(port=primary.port)) as direct:
         assert direct.info("commandstats")["cmdstat_evalsha"]["calls"] >= 3
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("async_kind", ["lean", "redis.asyncio"])
+def test_a_burst_on_a_busy_loop_asks_the_sentinels_and_decides(
+    settings: Any, group: SentinelGroup, monkeypatch: pytest.MonkeyPatch, async_kind: str
+) -> None:
+    """As on one server (tests/test_not_the_store.py), through the Sentinels: the loop's store
+    is made on a loop busy 50 ms per turn, so the Sentinels are asked for the primary there,
+    and the burst connects to it there. Timed by the Sentinels' and the primary's answers, no
+    decision fails and the breaker stays closed."""
+    if async_kind == "redis.asyncio":
+        monkeypatch.setattr(aio_connection, "HIREDIS", False)
+    throttle_settings(settings, sentinel_cache(group))
+    rule("burst", "burst", 1_000_000, unit="day", fail_mode="closed", algorithm="fixed_window")
+    check_key("burst", "warm", dry_run=True)  # the rules loaded (the database is not the loop's)
+
+    async def burst() -> list[Any]:
+        _, stop = busy_loop()
+        try:
+            decisions = [acheck_key("burst", f"client:{n}") for n in range(20)]
+            return list(await asyncio.gather(*decisions))
+        finally:
+            stop()
+
+    decisions = run(burst)
+    assert [d.unavailable for d in decisions] == [False] * 20
+    assert all(d.allowed for d in decisions)
+    assert get_store().breaker.state == BREAKER_CLOSED
 
 
 def test_closing_the_store_closes_its_connections_to_the_sentinels(

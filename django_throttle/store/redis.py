@@ -39,6 +39,7 @@ from .base import (
 )
 from .connections import Command, ConnectionStack, reloaded
 from .errors import STORE_ERRORS
+from .server_timed import server_timed
 from .steps import adrive, drive
 from .wire import array, bulk
 
@@ -348,6 +349,11 @@ def async_client_from_cache(alias: str) -> Any:
     manager = untyped(redis.asyncio.sentinel.Sentinel)(
         [tuple(s) for s in sentinels], sentinel_kwargs=sentinel_kwargs
     )
+    # Asking them for the primary (each new connection does) is timed by their answers, not
+    # by the loop's turns: a busy loop fails no connect (and opens no breaker).
+    for sentinel in manager.sentinels:
+        pool = sentinel.connection_pool
+        pool.connection_class = server_timed(pool.connection_class)
     return manager.master_for(url.hostname, redis_class=redis.asyncio.Redis, **kwargs)
 
 

@@ -1,7 +1,8 @@
 """redis.asyncio connections whose connect and replies are timed by the server's answer
 (store/deadlines.py) instead of redis-py's timers, which time the event loop: for the
-connections redis.asyncio's cluster client opens itself, to read the slot map. The
-decisions' own connections are the stacks' (connections.py, aio_connection.py)."""
+connections redis.asyncio opens itself to ask the Sentinels for the primary, or to read a
+cluster's slot map. The decisions' own connections are the stacks' (connections.py,
+aio_connection.py)."""
 
 from __future__ import annotations
 
