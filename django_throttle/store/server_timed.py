@@ -86,13 +86,7 @@ def time_by_server(manager: Any) -> None:
     """Have redis.asyncio's cluster NodesManager open server_timed() connections: the nodes it
     has, and those it makes from its connection options when it reads the slot map."""
     kwargs = manager.connection_kwargs
-    kwargs["connection_class"] = server_timed(kwargs.get("connection_class") or _default())
+    kwargs["connection_class"] = server_timed(kwargs["connection_class"])  # always set
     for nodes in (manager.startup_nodes, manager.nodes_cache):
         for node in nodes.values():
             node.connection_class = server_timed(node.connection_class)
-
-
-def _default() -> type:
-    from redis.asyncio.connection import Connection
-
-    return Connection
